@@ -1,0 +1,72 @@
+"""Routing accuracy: how often the router picks the expert of a sample's own experience."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal, Optional
+
+import torch
+from avalanche.evaluation import GenericPluginMetric, Metric
+
+if TYPE_CHECKING:
+    from avalanche.evaluation.metric_results import MetricResult
+    from avalanche.training.templates import SupervisedTemplate
+
+
+class RoutedShare(Metric[Optional[float]]):
+    """Share of samples routed to their own expert; ``None`` before any sample."""
+
+    def __init__(self) -> None:
+        self.correct = 0
+        self.total = 0
+
+    def update(self, routed: torch.Tensor, own_expert: int) -> None:
+        self.correct += int((routed == own_expert).sum())
+        self.total += routed.numel()
+
+    def result(self) -> Optional[float]:
+        return self.correct / self.total if self.total else None
+
+    def reset(self) -> None:
+        self.correct = 0
+        self.total = 0
+
+
+class RoutingAccuracy(GenericPluginMetric[Optional[float], RoutedShare]):
+    """Routing accuracy of an :class:`~avalanche_color.ExpertViT` in evaluation.
+
+    A test sample is routed correctly when its expert is the one trained on the
+    experience it comes from (train and test streams line up experience by
+    experience). Experiences without an expert yet are left out, not counted
+    as wrong.
+    """
+
+    def __init__(self, reset_at: Literal["experience", "stream"], emit_at: Literal["experience", "stream"]):
+        super().__init__(RoutedShare(), reset_at=reset_at, emit_at=emit_at, mode="eval")
+        self._name = "RoutingAcc_Exp" if emit_at == "experience" else "RoutingAcc_Stream"
+
+    def update(self, strategy: "SupervisedTemplate") -> None:
+        model = strategy.model
+        routed = getattr(model, "last_experts", None)
+        if routed is None:
+            return
+        own = (model.expert_experiences == strategy.experience.current_experience).nonzero()
+        if len(own):
+            self._metric.update(routed, int(own[0]))
+
+    def _package_result(self, strategy: "SupervisedTemplate") -> "MetricResult":
+        if self.result() is None:
+            return None
+        return super()._package_result(strategy)
+
+    def __str__(self) -> str:
+        return self._name
+
+
+def routing_accuracy_metrics(*, experience: bool = True, stream: bool = True) -> list[RoutingAccuracy]:
+    """Routing-accuracy metrics for an ``EvaluationPlugin``, per experience and/or stream."""
+    metrics = []
+    if experience:
+        metrics.append(RoutingAccuracy(reset_at="experience", emit_at="experience"))
+    if stream:
+        metrics.append(RoutingAccuracy(reset_at="stream", emit_at="stream"))
+    return metrics

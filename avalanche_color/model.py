@@ -1,0 +1,312 @@
+"""A frozen timm ViT with one LoRA expert and one head per experience, and its router."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Literal, Optional, get_args
+
+import torch
+from avalanche.models import MultiTaskModule
+from timm.models.vision_transformer import VisionTransformer
+from torch import Tensor, nn
+
+from avalanche_color.lora import ExpertSelection, QKVExperts
+from avalanche_color.prototypes import DISTANCES, Distance, PrototypeRouter
+from avalanche_color.validation import check_choice, check_positive, check_positive_int
+
+Routing = Literal["backbone", "first_expert", "oracle"]
+ROUTINGS: tuple[str, ...] = get_args(Routing)
+
+
+class ExpertHead(nn.Module):
+    """A linear head over the classes of one experience.
+
+    ``classes`` maps the head's outputs to the global class ids.
+    """
+
+    classes: Tensor
+
+    def __init__(self, in_features: int, classes: Sequence[int]) -> None:
+        super().__init__()
+        self.linear = nn.Linear(in_features, len(classes))
+        self.register_buffer("classes", torch.as_tensor(sorted(classes), dtype=torch.long))
+
+    def forward(self, features: Tensor) -> Tensor:
+        return self.linear(features)
+
+
+class ExpertViT(MultiTaskModule):
+    """CoLoR's model: a frozen ViT, LoRA experts on q and v of every block, their heads.
+
+    In training mode the newest expert predicts (Avalanche adds one per new
+    training experience through :meth:`adaptation`). In eval mode each sample is
+    routed to the expert of its nearest prototype, or, with ``routing="oracle"``,
+    to the expert trained on its task label. Outputs cover the global class
+    space: classes the chosen expert does not know get ``-inf``.
+
+    Args:
+        vit: a timm ``VisionTransformer``; it is adapted in place and frozen.
+        rank: LoRA rank r of every expert.
+        alpha: LoRA alpha; updates are scaled by ``alpha / rank``. Defaults to ``rank``.
+        routing: ``"backbone"`` routes with the frozen ViT's features (CoLoR),
+            ``"first_expert"`` with the features of the ViT plus the first expert
+            (CoLoR++), ``"oracle"`` with the task labels (task-incremental streams).
+        distance: distance between features and prototypes.
+        normalize_features: L2-normalise features before clustering and routing.
+    """
+
+    expert_experiences: Tensor
+    expert_tasks: Tensor
+
+    def __init__(
+        self,
+        vit: nn.Module,
+        *,
+        rank: int = 64,
+        alpha: Optional[float] = None,
+        routing: Routing = "backbone",
+        distance: Distance = "euclidean",
+        normalize_features: bool = True,
+    ) -> None:
+        super().__init__()
+        check_vit(vit)
+        self.check_options(rank=rank, alpha=alpha, routing=routing, distance=distance)
+        self.rank = rank
+        self.alpha = float(rank if alpha is None else alpha)
+        self.routing: Routing = routing
+        self.normalize_features = normalize_features
+
+        self.backbone = vit.requires_grad_(False).eval()
+        self.qkv_layers: list[QKVExperts] = []
+        for block in vit.blocks:
+            layer = QKVExperts(block.attn.qkv)
+            block.attn.qkv = layer
+            self.qkv_layers.append(layer)
+        self.heads = nn.ModuleList()
+        self.router = PrototypeRouter(distance)
+        # Where each expert comes from: its training experience and task label.
+        self.register_buffer("expert_experiences", torch.empty(0, dtype=torch.long))
+        self.register_buffer("expert_tasks", torch.empty(0, dtype=torch.long))
+        self.last_experts: Optional[Tensor] = None
+
+    @staticmethod
+    def check_options(*, rank: int, alpha: Optional[float], routing: str, distance: str) -> None:
+        """Refuse options outside what the model supports."""
+        check_positive_int("rank", rank)
+        if alpha is not None:
+            check_positive("alpha", alpha)
+        check_choice("routing", routing, ROUTINGS)
+        check_choice("distance", distance, DISTANCES)
+
+    # ------------------------------------------------------------------ experts
+
+    @property
+    def num_experts(self) -> int:
+        return len(self.heads)
+
+    @property
+    def num_features(self) -> int:
+        return int(self.backbone.num_features)
+
+    @property
+    def num_classes(self) -> int:
+        """Width of the output: one past the largest class id any expert knows."""
+        return max((int(h.classes.max()) + 1 for h in self.heads), default=0)
+
+    def add_expert(self, classes: Sequence[int], experience: int = -1, task: int = 0) -> int:
+        """Add a trainable expert for ``classes`` and freeze all earlier ones.
+
+        Returns:
+            the new expert's index.
+        """
+        if len(classes) == 0:
+            raise ValueError("classes must name at least one class, got an empty sequence")
+        if min(classes) < 0:
+            raise ValueError(f"classes must be non-negative class ids, got {sorted(classes)}")
+        self.requires_grad_(False)
+        device = self.backbone.patch_embed.proj.weight.device
+        for layer in self.qkv_layers:
+            layer.add_expert(self.rank, self.alpha)
+        self.heads.append(ExpertHead(self.num_features, classes).to(device))
+        origin = self.expert_experiences.new_tensor
+        self.expert_experiences = torch.cat((self.expert_experiences, origin([experience])))
+        self.expert_tasks = torch.cat((self.expert_tasks, origin([task])))
+        return self.num_experts - 1
+
+    def expert_parameters(self, expert: int) -> Iterator[nn.Parameter]:
+        """The parameters of one expert: its LoRA matrices and its head."""
+        for layer in self.qkv_layers:
+            yield from layer.experts[expert].parameters()
+        yield from self.heads[expert].parameters()
+
+    def adaptation(self, experience: Any) -> None:
+        """Avalanche's hook before each experience: a new expert for a new training one."""
+        super().adaptation(experience)
+        experience_id = int(experience.current_experience)
+        if not self.training or experience_id in self.expert_experiences.tolist():
+            return
+        task_labels = list(experience.task_labels)
+        if len(task_labels) != 1:
+            raise ValueError(f"an experience must have one task label, got {task_labels}")
+        self.add_expert(list(experience.classes_in_this_experience), experience_id, task_labels[0])
+
+    def experts_of_tasks(self, task_labels: Tensor) -> Tensor:
+        """The expert trained on each sample's task label (oracle routing)."""
+        tasks = self.expert_tasks.tolist()
+        if len(set(tasks)) != len(tasks):
+            raise ValueError(
+                f"routing='oracle' needs a distinct task label per experience (a task-incremental "
+                f"stream); the experts' task labels are {tasks}"
+            )
+        unknown = set(task_labels.unique().tolist()) - set(tasks)
+        if unknown:
+            raise ValueError(f"task labels {sorted(unknown)} have no expert; known: {tasks}")
+        lookup = torch.full((max(tasks) + 1,), -1, dtype=torch.long, device=task_labels.device)
+        lookup[self.expert_tasks.to(task_labels.device)] = torch.arange(len(tasks), device=task_labels.device)
+        return lookup[task_labels.long()]
+
+    # ------------------------------------------------------------------ forward
+
+    @contextmanager
+    def selected(self, experts: ExpertSelection) -> Iterator[None]:
+        """Run the backbone with ``experts`` (None, one index, or one per sample)."""
+        for layer in self.qkv_layers:
+            layer.select(experts)
+        try:
+            yield
+        finally:
+            for layer in self.qkv_layers:
+                layer.select(None)
+
+    def features(self, x: Tensor, experts: ExpertSelection = None) -> Tensor:
+        """The pooled ([CLS]) features after the final norm, shape (batch, num_features)."""
+        check_images(self.backbone, x)
+        with self.selected(experts):
+            tokens = self.backbone.forward_features(x)
+        return self.backbone.forward_head(tokens, pre_logits=True)
+
+    def routing_features(self, x: Tensor) -> Tensor:
+        """The features prototypes are made of and samples are routed by."""
+        if self.routing == "first_expert":
+            if not self.num_experts:
+                raise RuntimeError("routing='first_expert' needs a trained first expert")
+            features = self.features(x, 0)
+        else:
+            features = self.features(x)
+        if self.normalize_features:
+            features = nn.functional.normalize(features, dim=-1)
+        return features
+
+    def route(self, x: Tensor, task_labels: Optional[Tensor] = None) -> Tensor:
+        """The expert index for each sample: its nearest prototype's, or its task's (oracle)."""
+        if self.routing != "oracle":
+            return self.router(self.routing_features(x))
+        if task_labels is None:
+            raise ValueError("routing='oracle' needs task_labels, one per sample")
+        task_labels = torch.as_tensor(task_labels, device=x.device).expand(x.shape[0])
+        return self.experts_of_tasks(task_labels)
+
+    def forward(self, x: Tensor, task_labels: Optional[Tensor] = None) -> Tensor:
+        """Global-class logits.
+
+        Args:
+            x: images (batch, channels, height, width) the backbone accepts.
+            task_labels: one per sample; only oracle routing reads them.
+        """
+        if not self.num_experts:
+            raise RuntimeError("the model has no expert yet: train on an experience before evaluating")
+        if self.training:
+            return self.predict(x, self.num_experts - 1)
+        experts = self.route(x, task_labels)
+        self.last_experts = experts.detach()
+        return self.predict(x, experts)
+
+    def predict(self, x: Tensor, experts: ExpertSelection) -> Tensor:
+        """Logits of the given experts (one index, or one per sample)."""
+        if isinstance(experts, Tensor) and experts.numel() and bool((experts == experts[0]).all()):
+            experts = int(experts[0])  # one expert: the cheaper single-expert path
+        features = self.features(x, experts)
+        logits = features.new_full((x.shape[0], self.num_classes), float("-inf"))
+        if isinstance(experts, int):
+            head = self.heads[experts]
+            logits[:, head.classes] = head(features)
+            return logits
+        for expert in experts.unique().tolist():
+            rows = (experts == expert).nonzero().squeeze(1)
+            head = self.heads[expert]
+            logits[rows.unsqueeze(1), head.classes] = head(features[rows])
+        return logits
+
+    # ------------------------------------------------------------------ modes and state
+
+    def train(self, mode: bool = True) -> "ExpertViT":
+        super().train(mode)
+        self.backbone.eval()  # frozen parts never see dropout or drop-path noise
+        return self
+
+    def experts_state_dict(self) -> dict[str, Tensor]:
+        """The learned state (experts, heads, prototypes, class maps), without the backbone."""
+        frozen = {f"backbone.{name}" for name, _ in self.backbone.named_parameters()}
+        frozen |= {f"backbone.{name}" for name, _ in self.backbone.named_buffers()}
+        return {k: v for k, v in self.state_dict().items() if k not in frozen}
+
+    def load_experts_state_dict(self, state: dict[str, Tensor]) -> None:
+        """Load what :meth:`experts_state_dict` gave; the backbone stays as it is."""
+        result = self.load_state_dict(state, strict=False)
+        missing = [k for k in result.missing_keys if not self._is_backbone_weight(k)]
+        if missing or result.unexpected_keys:
+            raise ValueError(
+                f"state does not fit this model: missing {missing}, unexpected {result.unexpected_keys}"
+            )
+
+    def _is_backbone_weight(self, key: str) -> bool:
+        return key.startswith("backbone.") and ".experts." not in key
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+        # Grow to the stored number of experts first; the children then load into them.
+        stored = [k for k in state_dict if k.startswith(prefix + "heads.") and k.endswith(".classes")]
+        a_key = prefix + "backbone.blocks.0.attn.qkv.experts.0.A"
+        if a_key in state_dict and state_dict[a_key].shape[1] != self.rank:
+            raise ValueError(
+                f"state has LoRA rank {state_dict[a_key].shape[1]}, this model has rank {self.rank}"
+            )
+        for index in range(self.num_experts, len(stored)):
+            self.add_expert(state_dict[f"{prefix}heads.{index}.classes"].tolist())
+        for name in ("expert_experiences", "expert_tasks"):
+            if prefix + name in state_dict:
+                setattr(self, name, torch.empty_like(state_dict[prefix + name], device=getattr(self, name).device))
+        super()._load_from_state_dict(state_dict, prefix, *args)
+
+
+def check_vit(model: nn.Module) -> None:
+    """Refuse anything but a timm VisionTransformer with fused qkv projections."""
+    if not isinstance(model, VisionTransformer):
+        raise TypeError(
+            f"model must be a timm VisionTransformer (e.g. timm.create_model('vit_base_patch16_224')), "
+            f"got {type(model).__name__}"
+        )
+    for index, block in enumerate(model.blocks):
+        qkv = getattr(getattr(block, "attn", None), "qkv", None)
+        if not isinstance(qkv, (nn.Linear, QKVExperts)):
+            raise TypeError(
+                f"model.blocks[{index}].attn must have a fused nn.Linear 'qkv' projection, "
+                f"got {type(qkv).__name__}"
+            )
+        if isinstance(qkv, QKVExperts):
+            raise ValueError("model already carries LoRA experts: pass the plain timm ViT")
+
+
+def check_images(vit: VisionTransformer, x: Tensor) -> None:
+    """Refuse a batch the ViT's patch embedding cannot take, naming what it expects."""
+    embed = vit.patch_embed
+    channels = embed.proj.in_channels
+    expected = f"(batch, {channels}, {embed.img_size[0]}, {embed.img_size[1]})"
+    if x.dim() != 4 or x.shape[1] != channels:
+        raise ValueError(f"images must have shape {expected}, got {tuple(x.shape)}")
+    size = tuple(x.shape[-2:])
+    if getattr(embed, "strict_img_size", True) and size != tuple(embed.img_size):
+        raise ValueError(f"images must have shape {expected}, got {tuple(x.shape)}")
+    patch = tuple(embed.patch_size)
+    if not getattr(embed, "dynamic_img_pad", False) and (size[0] % patch[0] or size[1] % patch[1]):
+        raise ValueError(f"image height and width must be multiples of the patch size {patch}, got {size}")
