@@ -124,7 +124,9 @@ class ExpertViT(MultiTaskModule):
             raise ValueError("classes must name at least one class, got an empty sequence")
         if min(classes) < 0:
             raise ValueError(f"classes must be non-negative class ids, got {sorted(classes)}")
-        self.requires_grad_(False)
+        for parameter in self.parameters():  # earlier experts freeze; stale gradients go
+            parameter.requires_grad_(False)
+            parameter.grad = None
         device = self.backbone.patch_embed.proj.weight.device
         for layer in self.qkv_layers:
             layer.add_expert(self.rank, self.alpha)
@@ -247,9 +249,7 @@ class ExpertViT(MultiTaskModule):
 
     def experts_state_dict(self) -> dict[str, Tensor]:
         """The learned state (experts, heads, prototypes, class maps), without the backbone."""
-        frozen = {f"backbone.{name}" for name, _ in self.backbone.named_parameters()}
-        frozen |= {f"backbone.{name}" for name, _ in self.backbone.named_buffers()}
-        return {k: v for k, v in self.state_dict().items() if k not in frozen}
+        return {k: v for k, v in self.state_dict().items() if not self._is_backbone_weight(k)}
 
     def load_experts_state_dict(self, state: dict[str, Tensor]) -> None:
         """Load what :meth:`experts_state_dict` gave; the backbone stays as it is."""

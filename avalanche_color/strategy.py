@@ -132,6 +132,12 @@ class CoLoR(SupervisedTemplate):
         return super().eval(exp_list, **kwargs)
 
 
+# Avalanche wraps every strategy's __init__ to warn about positional arguments.
+# CoLoR(model, ...) is this package's documented call (everything else is
+# keyword-only), so CoLoR keeps its own __init__; arguments are checked by Python.
+CoLoR.__init__ = CoLoR.__init__.__wrapped__  # type: ignore[attr-defined]
+
+
 def _expert_model(
     model: nn.Module,
     *,

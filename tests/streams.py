@@ -28,7 +28,7 @@ def noisy_copies(templates: torch.Tensor, labels: torch.Tensor, noise: float, se
 
 
 def domain_stream(num_domains: int = 2, num_classes: int = 3, per_class: int = 20, *,
-                  shift: float = 6.0, task_labels: bool = False, seed: int = 0):
+                  shift: float = 1.5, task_labels: bool = False, seed: int = 0):
     """Domain-incremental: the same classes in domains far apart (a large per-domain offset).
 
     Domain d shows class c's pattern under label (c + d) % num_classes, so one

@@ -1,0 +1,50 @@
+"""Short ways to run the strategies in the tests."""
+
+from __future__ import annotations
+
+import torch
+from avalanche.evaluation.metrics import accuracy_metrics
+from avalanche.training import Naive
+from avalanche.training.plugins import EvaluationPlugin
+
+from avalanche_color import CoLoR, routing_accuracy_metrics
+from streams import tiny_vit
+
+
+
+def stream_metric(results: dict, metric: str) -> float:
+    """A stream-level metric's value (Avalanche names it after the last experience's task)."""
+    [value] = [v for k, v in results.items() if k.startswith(f"{metric}_Stream/eval_phase/test_stream/")]
+    return value
+
+
+def quiet_evaluator() -> EvaluationPlugin:
+    return EvaluationPlugin(
+        accuracy_metrics(stream=True, experience=True), *routing_accuracy_metrics(), loggers=[]
+    )
+
+
+def tiny_color(seed: int = 0, **options) -> CoLoR:
+    settings = dict(rank=4, k=3, lr=0.05, train_epochs=8, train_mb_size=16, eval_mb_size=64)
+    settings.update(options)
+    return CoLoR(tiny_vit(seed), evaluator=quiet_evaluator(), **settings)
+
+
+def train_all(strategy, benchmark) -> dict:
+    for experience in benchmark.train_stream:
+        strategy.train(experience)
+    return strategy.eval(benchmark.test_stream)
+
+
+def naive_accuracy(benchmark, num_classes: int, seed: int = 0) -> float:
+    """Final stream accuracy of fine-tuning the whole ViT, with the same settings as tiny_color."""
+    model = tiny_vit(seed, num_classes=num_classes)
+    strategy = Naive(
+        model=model,
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=2e-4),
+        train_epochs=8,
+        train_mb_size=16,
+        eval_mb_size=64,
+        evaluator=quiet_evaluator(),
+    )
+    return stream_metric(train_all(strategy, benchmark), "Top1_Acc")

@@ -1,0 +1,109 @@
+"""The LoRA experts: exact start, q/v only, loralib's math, mixed batches, parameter count."""
+
+import loralib
+import pytest
+import timm
+import torch
+
+from avalanche_color import ExpertViT, QKVExperts
+from streams import IMAGE_SIZE, tiny_vit
+
+
+def randomise_experts(model: ExpertViT, seed: int = 1) -> None:
+    """Give every expert non-zero B (a new expert has B = 0) and random heads."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if ".experts." in name or name.startswith("heads."):
+                parameter.copy_(torch.randn(parameter.shape, generator=generator))
+
+
+def images(n: int = 4, seed: int = 0) -> torch.Tensor:
+    return torch.randn(n, 3, IMAGE_SIZE, IMAGE_SIZE, generator=torch.Generator().manual_seed(seed))
+
+
+def test_new_expert_computes_exactly_the_backbone():
+    reference = tiny_vit().eval()
+    model = ExpertViT(tiny_vit(), rank=4)
+    model.add_expert([0, 1])
+    x = images()
+    expected = reference.forward_head(reference.forward_features(x), pre_logits=True)
+    assert torch.equal(model.features(x, 0), expected)
+    assert torch.equal(model.features(x, None), expected)
+
+
+def test_key_projection_is_never_adapted():
+    model = ExpertViT(tiny_vit(), rank=4)
+    model.add_expert([0, 1])
+    randomise_experts(model)
+    layer = model.qkv_layers[0]
+    tokens = torch.randn(2, 5, layer.in_features)
+    base = layer(tokens)
+    layer.select(0)
+    adapted = layer(tokens)
+    d = layer.head_width
+    assert torch.equal(adapted[..., d : 2 * d], base[..., d : 2 * d])
+    assert not torch.allclose(adapted[..., :d], base[..., :d])
+    assert not torch.allclose(adapted[..., 2 * d :], base[..., 2 * d :])
+    assert all(name in {"A", "B"} for name, _ in layer.experts[0].named_parameters())
+
+
+def test_matches_loralib_merged_linear_on_q_and_v():
+    torch.manual_seed(0)
+    d, r, alpha = 12, 3, 6
+    reference = loralib.MergedLinear(d, 3 * d, r=r, lora_alpha=alpha, enable_lora=[True, False, True],
+                                     merge_weights=False)
+    torch.nn.init.normal_(reference.lora_B)
+    base = torch.nn.Linear(d, 3 * d)
+    base.load_state_dict({"weight": reference.weight, "bias": reference.bias})
+    layer = QKVExperts(base)
+    expert = layer.add_expert(r, alpha)
+    with torch.no_grad():
+        expert.A.copy_(reference.lora_A.view(2, r, d))
+        expert.B.copy_(reference.lora_B.view(2, d, r))
+    layer.select(0)
+    x = torch.randn(4, 7, d)
+    torch.testing.assert_close(layer(x), reference(x))
+
+
+def test_mixed_batch_rows_equal_each_experts_own_run():
+    model = ExpertViT(tiny_vit(), rank=4).eval()
+    for classes in ([0, 1], [2, 3, 4], [5]):
+        model.add_expert(classes)
+    randomise_experts(model)
+    x = images(6)
+    experts = torch.tensor([2, 0, 1, 1, 0, 2])
+    mixed = model.predict(x, experts)
+    for row, expert in enumerate(experts.tolist()):
+        alone = model.predict(x[row : row + 1], expert)
+        torch.testing.assert_close(mixed[row : row + 1], alone, rtol=1e-5, atol=1e-5)
+    # each row has finite logits exactly on its expert's classes
+    known = torch.isfinite(mixed)
+    for row, expert in enumerate(experts.tolist()):
+        assert known[row].nonzero().squeeze(1).tolist() == model.heads[expert].classes.tolist()
+
+
+def test_trainable_parameters_match_the_papers_table_1():
+    vit = timm.create_model("vit_base_patch16_224", pretrained=False, num_classes=0)
+    model = ExpertViT(vit, rank=1)
+    model.add_expert([0, 1])
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert trainable == 12 * 2 * 1 * (768 + 768) + 768 * 2 + 2 == 38_402
+
+
+def test_all_experts_share_one_copy_of_the_backbone_weights():
+    model = ExpertViT(tiny_vit(), rank=2)
+    for _ in range(3):
+        model.add_expert([0, 1])
+    backbone_params = sum(p.numel() for n, p in model.named_parameters() if ".experts." not in n
+                          and not n.startswith("heads."))
+    assert backbone_params == sum(p.numel() for p in tiny_vit().parameters())
+
+
+@pytest.mark.parametrize("rank", [1, 8])
+def test_new_expert_trains_only_its_own_weights(rank):
+    model = ExpertViT(tiny_vit(), rank=rank)
+    model.add_expert([0, 1])
+    model.add_expert([2, 3])
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all(".experts.1." in n or n.startswith("heads.1.") for n in trainable)
