@@ -151,6 +151,10 @@ class ExpertViT(MultiTaskModule):
         task_labels = list(experience.task_labels)
         if len(task_labels) != 1:
             raise ValueError(f"an experience must have one task label, got {task_labels}")
+        if len(experience.dataset) == 0:
+            raise ValueError(f"experience {experience_id} has no samples")
+        # Refuse unusable images before the expert exists, not at the first forward.
+        check_images(self.backbone, torch.as_tensor(experience.dataset[0][0]).unsqueeze(0))
         self.add_expert(list(experience.classes_in_this_experience), experience_id, task_labels[0])
 
     def experts_of_tasks(self, task_labels: Tensor) -> Tensor:

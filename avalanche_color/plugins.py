@@ -6,7 +6,7 @@ Each plugin is a thin wrapper: the method lives in :class:`ExpertViT` and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, Optional
+from typing import TYPE_CHECKING, Literal, Optional, get_args
 
 import torch
 from avalanche.core import SupervisedPlugin
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from avalanche.training.templates import SupervisedTemplate
 
 PrototypeData = Literal["train", "eval"]
+PROTOTYPE_DATA: tuple[str, ...] = get_args(PrototypeData)
 
 
 class LoRAExpertsPlugin(SupervisedPlugin):
@@ -81,14 +82,15 @@ class PrototypeRouterPlugin(SupervisedPlugin):
         check_positive_int("n_init", n_init)
         if batch_size is not None:
             check_positive_int("batch_size", batch_size)
-        check_choice("data", data, ("train", "eval"))
+        check_choice("data", data, PROTOTYPE_DATA)
         self.k = k
         self.seed = seed
         self.n_init = n_init
         self.data = data
         self.batch_size = batch_size
 
-    def before_training_exp(self, strategy: "SupervisedTemplate", **kwargs) -> None:
+    def before_train_dataset_adaptation(self, strategy: "SupervisedTemplate", **kwargs) -> None:
+        # Runs before the new expert is created, so a refused experience leaves no trace.
         size = len(strategy.experience.dataset)
         if self.k > size:
             raise ValueError(

@@ -15,9 +15,9 @@ from torch.optim import SGD
 from torch.optim.lr_scheduler import CosineAnnealingLR
 
 from avalanche_color.model import ExpertViT, Routing
-from avalanche_color.plugins import PrototypeData, PrototypeRouterPlugin
+from avalanche_color.plugins import PROTOTYPE_DATA, PrototypeData, PrototypeRouterPlugin
 from avalanche_color.prototypes import Distance
-from avalanche_color.validation import check_positive, check_positive_int
+from avalanche_color.validation import check_choice, check_positive, check_positive_int
 
 
 class CoLoR(SupervisedTemplate):
@@ -80,6 +80,7 @@ class CoLoR(SupervisedTemplate):
         **base_kwargs: Any,
     ) -> None:
         expert_model = _expert_model(model, rank=rank, alpha=alpha, routing=routing, distance=distance)
+        check_choice("prototype_data", prototype_data, PROTOTYPE_DATA)
         check_positive("lr", lr)
         if momentum < 0:
             raise ValueError(f"momentum must be >= 0, got {momentum!r}")

@@ -1,0 +1,108 @@
+"""Bad input: a clear error that names the argument and value, and nothing half-written."""
+
+import warnings
+
+import pytest
+import torch
+from avalanche.training import Naive
+from avalanche.training.templates.base import PositionalArgumentsDeprecatedWarning
+
+from avalanche_color import CoLoR, ExpertViT, LoRAExpertsPlugin, PrototypeRouterPlugin
+from helpers import quiet_evaluator, stream_metric, tiny_color, train_all
+from streams import class_stream, domain_stream, tiny_vit
+
+
+def test_model_positional_without_avalanche_deprecation_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PositionalArgumentsDeprecatedWarning)
+        warnings.filterwarnings("error", message="Avalanche is transitioning")
+        strategy = CoLoR(tiny_vit(), rank=8, k=20)
+    assert isinstance(strategy.model, ExpertViT) and strategy.model.rank == 8
+
+
+def test_other_arguments_are_keyword_only():
+    with pytest.raises(TypeError):
+        CoLoR(tiny_vit(), 8)
+
+
+@pytest.mark.parametrize("model", [torch.nn.Linear(4, 4), torch.nn.Sequential()])
+def test_refuses_a_model_that_is_not_a_vit(model):
+    with pytest.raises(TypeError, match="model must be a timm VisionTransformer.*got (Linear|Sequential)"):
+        CoLoR(model)
+
+
+@pytest.mark.parametrize("rank", [0, -1, 2.5, True])
+def test_refuses_bad_rank(rank):
+    with pytest.raises(ValueError, match=rf"rank must be an integer >= 1, got {rank!r}"):
+        CoLoR(tiny_vit(), rank=rank)
+
+
+@pytest.mark.parametrize("k", [0, -3])
+def test_refuses_bad_k(k):
+    with pytest.raises(ValueError, match=rf"k must be an integer >= 1, got {k}"):
+        CoLoR(tiny_vit(), k=k)
+
+
+@pytest.mark.parametrize("option, value", [("routing", "nearest"), ("distance", "l2"), ("prototype_data", "test")])
+def test_refuses_unknown_choices(option, value):
+    with pytest.raises(ValueError, match=rf"{option} must be one of .*got '{value}'"):
+        CoLoR(tiny_vit(), **{option: value})
+
+
+def test_refuses_k_above_the_experiences_sample_count_before_creating_an_expert():
+    strategy = tiny_color(k=41)  # each experience has 2 classes x 20 samples
+    with pytest.raises(ValueError, match="k must be at most the experience's sample count: k=41, .* 40 samples"):
+        strategy.train(class_stream().train_stream[0])
+    assert strategy.model.num_experts == 0
+
+
+def test_refuses_evaluation_before_any_training():
+    strategy = tiny_color()
+    with pytest.raises(RuntimeError, match="no expert yet"):
+        strategy.eval(class_stream().test_stream)
+    model = ExpertViT(tiny_vit(), rank=2).eval()
+    with pytest.raises(RuntimeError, match="no expert yet"):
+        model(torch.zeros(1, 3, 16, 16))
+
+
+def test_refuses_images_the_backbone_cannot_take_before_creating_an_expert():
+    strategy = CoLoR(tiny_vit(img_size=32), rank=2, k=2, train_epochs=1, evaluator=quiet_evaluator())
+    with pytest.raises(ValueError, match=r"images must have shape \(batch, 3, 32, 32\), got \(1, 3, 16, 16\)"):
+        strategy.train(class_stream().train_stream[0])
+    assert strategy.model.num_experts == 0
+
+
+def test_refuses_images_with_the_wrong_channel_count():
+    model = ExpertViT(tiny_vit(), rank=2)
+    model.add_expert([0, 1])
+    with pytest.raises(ValueError, match=r"images must have shape \(batch, 3, 16, 16\), got \(2, 1, 16, 16\)"):
+        model(torch.zeros(2, 1, 16, 16))
+
+
+def test_refuses_a_state_of_another_rank():
+    model = ExpertViT(tiny_vit(), rank=2)
+    model.add_expert([0, 1])
+    with pytest.raises(ValueError, match="state has LoRA rank 2, this model has rank 3"):
+        ExpertViT(tiny_vit(), rank=3).load_experts_state_dict(model.experts_state_dict())
+
+
+def test_never_changes_the_callers_plugin_list():
+    plugins = [PrototypeRouterPlugin(k=2)]
+    CoLoR(tiny_vit(), plugins=plugins)
+    assert len(plugins) == 1
+
+
+def test_lora_plugin_gives_any_strategy_color_experts():
+    vit = tiny_vit()
+    strategy = Naive(
+        model=vit,
+        optimizer=torch.optim.SGD(vit.parameters(), lr=0.02, momentum=0.9),
+        train_epochs=8,
+        train_mb_size=16,
+        evaluator=quiet_evaluator(),
+        plugins=[LoRAExpertsPlugin(rank=4), PrototypeRouterPlugin(k=3)],
+    )
+    results = train_all(strategy, domain_stream())
+    assert isinstance(strategy.model, ExpertViT) and strategy.model.num_experts == 2
+    assert stream_metric(results, "RoutingAcc") == 1.0
+    assert stream_metric(results, "Top1_Acc") > 0.8
