@@ -111,8 +111,13 @@ class ExpertViT(MultiTaskModule):
 
     @property
     def num_classes(self) -> int:
-        """Width of the output: one past the largest class id any expert knows."""
-        return max((int(h.classes.max()) + 1 for h in self.heads), default=0)
+        """Width of the output: one past the largest class id of any expert or adapted experience.
+
+        Avalanche adapts the model to evaluation experiences too, so the output
+        also covers classes no expert knows yet (their logits are -inf).
+        """
+        known = max((int(h.classes.max()) + 1 for h in self.heads), default=0)
+        return max(known, self.max_class_label)
 
     def add_expert(self, classes: Sequence[int], experience: int = -1, task: int = 0) -> int:
         """Add a trainable expert for ``classes`` and freeze all earlier ones.

@@ -1,0 +1,75 @@
+"""The compared methods, each built on the same pretrained backbone with the same budget."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from avalanche.evaluation.metrics import accuracy_metrics, forgetting_metrics
+from avalanche.training import EWC, LwF, Naive, Replay
+from avalanche.training.plugins import EvaluationPlugin
+from avalanche.training.templates import SupervisedTemplate
+from torch import nn
+
+from avalanche_color import CoLoR, routing_accuracy_metrics
+
+METHODS = ("CoLoR", "Naive", "EWC", "LwF", "Replay")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What every method gets: epochs and batch size per experience, and a device."""
+
+    epochs: int = 5
+    batch_size: int = 32
+    device: str = "cpu"
+
+
+@dataclass(frozen=True)
+class Hyperparameters:
+    """Per-method settings (the baselines fine-tune the whole ViT, so they take a smaller lr)."""
+
+    color_lr: float = 0.05
+    color_rank: int = 16
+    color_k: int = 10
+    baseline_lr: float = 0.01
+    ewc_lambda: float = 100.0
+    lwf_alpha: float = 1.0
+    lwf_temperature: float = 2.0
+    replay_memory: int = 200
+
+
+def evaluator() -> EvaluationPlugin:
+    return EvaluationPlugin(
+        accuracy_metrics(experience=True, stream=True),
+        forgetting_metrics(experience=True, stream=True),
+        *routing_accuracy_metrics(),
+        loggers=[],
+    )
+
+
+def build_strategy(
+    method: str,
+    backbone: Callable[[int], nn.Module],
+    num_classes: int,
+    budget: Budget,
+    hp: Hyperparameters,
+) -> SupervisedTemplate:
+    """A strategy for ``method``; ``backbone(num_classes)`` gives a fresh pretrained ViT."""
+    common = dict(train_mb_size=budget.batch_size, train_epochs=budget.epochs,
+                  eval_mb_size=256, device=budget.device, evaluator=evaluator())
+    if method == "CoLoR":
+        return CoLoR(backbone(0), rank=hp.color_rank, k=hp.color_k, lr=hp.color_lr, **common)
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    model = backbone(num_classes)
+    baseline = dict(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=hp.baseline_lr, momentum=0.9),
+                    criterion=nn.CrossEntropyLoss(), **common)
+    if method == "Naive":
+        return Naive(**baseline)
+    if method == "EWC":
+        return EWC(ewc_lambda=hp.ewc_lambda, **baseline)
+    if method == "LwF":
+        return LwF(alpha=hp.lwf_alpha, temperature=hp.lwf_temperature, **baseline)
+    return Replay(mem_size=hp.replay_memory, **baseline)
