@@ -107,3 +107,27 @@ def test_new_expert_trains_only_its_own_weights(rank):
     model.add_expert([2, 3])
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert trainable and all(".experts.1." in n or n.startswith("heads.1.") for n in trainable)
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        dict(img_size=32, patch_size=8, embed_dim=48, depth=3, num_heads=3),
+        dict(img_size=24, patch_size=6, embed_dim=24, depth=1, num_heads=2, global_pool="avg"),
+        dict(img_size=16, patch_size=4, embed_dim=32, depth=2, num_heads=4, reg_tokens=2, qk_norm=True),
+    ],
+    ids=["wider-deeper", "avg-pool", "registers"],
+)
+def test_any_timm_vit_shape_works(shape):
+    vit = tiny_vit(**shape)
+    reference = tiny_vit(**shape).eval()
+    model = ExpertViT(vit, rank=2)
+    model.add_expert([3, 7])
+    randomise_experts(model)
+    size = shape["img_size"]
+    x = torch.randn(3, 3, size, size)
+    assert model.features(x, 0).shape == (3, shape["embed_dim"])
+    expected = reference.forward_head(reference.forward_features(x), pre_logits=True)
+    assert torch.equal(model.features(x), expected)
+    logits = model.eval().predict(x, 0)
+    assert logits.shape == (3, 8) and torch.isfinite(logits[:, [3, 7]]).all()
