@@ -82,10 +82,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=RESULTS / "digits")
     args = parser.parse_args()
-    # Avalanche's own notices, not about this run: we log through this script, and
-    # Replay's storage policy still calls an API Avalanche has deprecated.
+    # Avalanche's notice, not about this run: this script does the logging itself.
     warnings.filterwarnings("ignore", message="No loggers specified")
-    warnings.filterwarnings("ignore", message="Call to deprecated function update")
 
     torch.manual_seed(args.seed)
     budget = Budget(epochs=args.epochs)
