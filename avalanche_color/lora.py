@@ -3,8 +3,16 @@
 One :class:`QKVExperts` replaces one ``attn.qkv`` of a timm ViT. It keeps the
 original linear layer as ``base_layer`` (frozen, shared by every expert) and a
 list of :class:`QVLoRA` experts. Which expert acts is chosen from outside, per
-forward, with :meth:`QKVExperts.select`: none, one for the whole batch, or one per
-sample (a mixed batch, computed with batched matrix products, no loop).
+forward, with :meth:`QKVExperts.select`: none, one for the whole batch, or one
+per contiguous run of samples (a batch sorted by expert, see :class:`Segments`).
+
+Two ways to compute an expert, chosen by whether gradients are needed:
+
+* training: ``base(x)`` plus the low-rank update ``x A^T B^T`` added in place, so the
+  frozen weight gets no gradient and the update costs two thin matmuls;
+* inference: one matmul with the merged weight ``W + s B A`` (built per forward, a
+  d x r x 2d product, negligible next to the tokens' matmul), so an expert costs what
+  the backbone costs, and a mixed batch costs one matmul per run of samples.
 """
 
 from __future__ import annotations
@@ -15,7 +23,9 @@ from typing import Optional, Union
 import torch
 from torch import Tensor, nn
 
-ExpertSelection = Optional[Union[int, Tensor]]
+# (expert, run of samples) pairs covering a batch sorted by expert, in batch order.
+Segments = list[tuple[int, slice]]
+ExpertSelection = Optional[Union[int, Segments]]
 
 
 class QVLoRA(nn.Module):
@@ -81,42 +91,45 @@ class QKVExperts(nn.Module):
 
         Args:
             selection: ``None`` for the bare backbone, an int for one expert on
-                the whole batch, or a LongTensor of shape (batch,) for one expert
-                per sample.
+                the whole batch, or :class:`Segments` for one expert per run of
+                samples.
         """
         self._selection = selection
 
     def forward(self, x: Tensor) -> Tensor:
-        out = self.base_layer(x)
         selection = self._selection
         if selection is None:
-            return out
+            return self.base_layer(x)
         if isinstance(selection, int):
-            delta = self._single_expert_delta(x, self.experts[selection])
-        else:
-            delta = self._per_sample_delta(x, selection)
+            if torch.is_grad_enabled():
+                return self._with_low_rank_update(x, self.experts[selection])
+            return self._merged_forward(x, selection)
+        if torch.is_grad_enabled():
+            return torch.cat([self._with_low_rank_update(x[run], self.experts[e]) for e, run in selection])
+        return torch.cat([self._merged_forward(x[run], e) for e, run in selection])
+
+    def merged_weight(self, expert: int) -> Tensor:
+        """The qkv weight with ``expert``'s q and v updates folded in."""
         d = self.head_width
-        q, k, v = out.split(d, dim=-1)
-        return torch.cat((q + delta[0], k, v + delta[1]), dim=-1)
+        delta = self.experts[expert].delta_weight()
+        weight = self.base_layer.weight
+        return torch.cat((weight[:d] + delta[0], weight[d : 2 * d], weight[2 * d :] + delta[1]))
 
-    def _single_expert_delta(self, x: Tensor, expert: QVLoRA) -> Tensor:
-        # (…, in) -> (2, …, r) -> (2, …, out): two thin matmuls, never the d x d update.
-        low = torch.einsum("...i,jri->j...r", x, expert.A)
-        return expert.scaling * torch.einsum("j...r,jor->j...o", low, expert.B)
+    def _merged_forward(self, x: Tensor, expert: int) -> Tensor:
+        return nn.functional.linear(x, self.merged_weight(expert), self.base_layer.bias)
 
-    def _per_sample_delta(self, x: Tensor, expert_ids: Tensor) -> Tensor:
-        if expert_ids.shape != x.shape[:1]:
-            raise ValueError(
-                f"expert_ids must hold one expert per sample, shape ({x.shape[0]},), "
-                f"got {tuple(expert_ids.shape)}"
-            )
-        experts = list(self.experts)
-        ranks = {e.rank for e in experts}
-        if len(ranks) != 1:
-            raise ValueError(f"a mixed batch needs experts of one rank, found ranks {sorted(ranks)}")
-        scaling = torch.tensor([e.scaling for e in experts], device=x.device, dtype=x.dtype)
-        A = torch.stack([e.A for e in experts])[expert_ids]  # (b, 2, r, in)
-        B = torch.stack([e.B for e in experts])[expert_ids]  # (b, 2, out, r)
-        low = torch.einsum("b...i,bjri->jb...r", x, A)
-        delta = torch.einsum("jb...r,bjor->jb...o", low, B)
-        return delta * scaling[expert_ids].view(1, -1, *([1] * (x.dim() - 1)))
+    def _with_low_rank_update(self, x: Tensor, expert: QVLoRA) -> Tensor:
+        out = self.base_layer(x)
+        r, d = expert.rank, self.head_width
+        low = x @ expert.A.reshape(2 * r, -1).T  # one thin matmul for q and v together
+        # In place on the frozen layer's output: its backward never reads it.
+        out[..., :d] += expert.scaling * (low[..., :r] @ expert.B[0].T)
+        out[..., 2 * d :] += expert.scaling * (low[..., r:] @ expert.B[1].T)
+        return out
+
+
+def segments_of(sorted_experts: Tensor) -> Segments:
+    """The runs of equal expert ids in a sorted (batch,) tensor, as (expert, slice) pairs."""
+    experts, counts = torch.unique_consecutive(sorted_experts, return_counts=True)
+    bounds = [0, *counts.cumsum(0).tolist()]
+    return [(int(e), slice(a, b)) for e, a, b in zip(experts.tolist(), bounds, bounds[1:])]

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Literal, Optional, get_args
+from typing import Any, Literal, Optional, Union, get_args
 
 import torch
 from avalanche.models import MultiTaskModule
 from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor, nn
 
-from avalanche_color.lora import ExpertSelection, QKVExperts
+from avalanche_color.lora import ExpertSelection, QKVExperts, Segments, segments_of
 from avalanche_color.prototypes import DISTANCES, Distance, PrototypeRouter
 from avalanche_color.validation import check_choice, check_positive, check_positive_int
 
@@ -181,7 +181,7 @@ class ExpertViT(MultiTaskModule):
 
     @contextmanager
     def selected(self, experts: ExpertSelection) -> Iterator[None]:
-        """Run the backbone with ``experts`` (None, one index, or one per sample)."""
+        """Run the backbone with ``experts``: None, one index, or runs of a sorted batch."""
         for layer in self.qkv_layers:
             layer.select(experts)
         try:
@@ -233,20 +233,30 @@ class ExpertViT(MultiTaskModule):
         self.last_experts = experts.detach()
         return self.predict(x, experts)
 
-    def predict(self, x: Tensor, experts: ExpertSelection) -> Tensor:
-        """Logits of the given experts (one index, or one per sample)."""
+    def predict(self, x: Tensor, experts: Union[int, Tensor]) -> Tensor:
+        """Logits of the given experts: one index for the batch, or one per sample.
+
+        A mixed batch is sorted by expert, so that each layer runs one matmul per
+        expert on a contiguous run of samples, and put back in order at the end.
+        """
         if isinstance(experts, Tensor) and experts.numel() and bool((experts == experts[0]).all()):
-            experts = int(experts[0])  # one expert: the cheaper single-expert path
-        features = self.features(x, experts)
-        logits = features.new_full((x.shape[0], self.num_classes), float("-inf"))
+            experts = int(experts[0])  # one expert: no sorting needed
         if isinstance(experts, int):
-            head = self.heads[experts]
-            logits[:, head.classes] = head(features)
-            return logits
-        for expert in experts.unique().tolist():
-            rows = (experts == expert).nonzero().squeeze(1)
+            segments = [(experts, slice(None))]
+            return self._logits(self.features(x, experts), segments)
+        order = experts.argsort(stable=True)
+        segments = segments_of(experts[order])
+        sorted_logits = self._logits(self.features(x[order], segments), segments)
+        logits = torch.empty_like(sorted_logits)
+        logits[order] = sorted_logits
+        return logits
+
+    def _logits(self, features: Tensor, segments: Segments) -> Tensor:
+        """Global-class logits: each run's head on its classes, -inf elsewhere."""
+        logits = features.new_full((features.shape[0], self.num_classes), float("-inf"))
+        for expert, run in segments:
             head = self.heads[expert]
-            logits[rows.unsqueeze(1), head.classes] = head(features[rows])
+            logits[run, head.classes] = head(features[run])
         return logits
 
     # ------------------------------------------------------------------ modes and state
