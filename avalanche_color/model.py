@@ -11,6 +11,7 @@ from avalanche.models import MultiTaskModule
 from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor, nn
 
+from avalanche_color.eval_cache import EvalCache
 from avalanche_color.lora import ExpertSelection, QKVExperts, Segments, segments_of
 from avalanche_color.prototypes import DISTANCES, Distance, PrototypeRouter
 from avalanche_color.validation import check_choice, check_positive, check_positive_int
@@ -89,6 +90,7 @@ class ExpertViT(MultiTaskModule):
         self.register_buffer("expert_experiences", torch.empty(0, dtype=torch.long))
         self.register_buffer("expert_tasks", torch.empty(0, dtype=torch.long))
         self.last_experts: Optional[Tensor] = None
+        self.eval_cache: Optional[EvalCache] = None
 
     @staticmethod
     def check_options(*, rank: int, alpha: Optional[float], routing: str, distance: str) -> None:
@@ -140,6 +142,19 @@ class ExpertViT(MultiTaskModule):
         self.expert_experiences = torch.cat((self.expert_experiences, origin([experience])))
         self.expert_tasks = torch.cat((self.expert_tasks, origin([task])))
         return self.num_experts - 1
+
+    def is_frozen(self, expert: int) -> bool:
+        """Whether ``expert`` is done training (only the newest expert ever trains)."""
+        return not any(p.requires_grad for p in self.expert_parameters(expert))
+
+    def cache_evaluation(self, enabled: bool = True) -> None:
+        """Reuse routing features and frozen experts' outputs across evaluations (exact).
+
+        Worth it when the same test images are evaluated after every experience;
+        the cache holds one feature vector per image and one logit row per
+        (image, frozen expert) it has evaluated.
+        """
+        self.eval_cache = EvalCache() if enabled else None
 
     def expert_parameters(self, expert: int) -> Iterator[nn.Parameter]:
         """The parameters of one expert: its LoRA matrices and its head."""
@@ -229,6 +244,8 @@ class ExpertViT(MultiTaskModule):
             raise RuntimeError("the model has no expert yet: train on an experience before evaluating")
         if self.training:
             return self.predict(x, self.num_experts - 1)
+        if self.eval_cache is not None and not torch.is_grad_enabled():
+            return self.eval_cache.forward(self, x, task_labels)
         experts = self.route(x, task_labels)
         self.last_experts = experts.detach()
         return self.predict(x, experts)

@@ -46,6 +46,9 @@ class CoLoR(SupervisedTemplate):
         kmeans_seed, kmeans_n_init: k-means ``random_state`` and restarts.
         prototype_data: embed the experience's data with its ``"train"`` or
             ``"eval"`` transforms for the prototypes.
+        cache_evaluation: reuse routing features and frozen experts' outputs
+            across evaluations (exact; pays off when the same test stream is
+            evaluated after every experience with deterministic transforms).
         criterion: loss; a new ``CrossEntropyLoss`` by default.
         train_mb_size, train_epochs, eval_mb_size, device, plugins, evaluator,
         eval_every: as in Avalanche's ``SupervisedTemplate``; ``plugins`` is
@@ -69,6 +72,7 @@ class CoLoR(SupervisedTemplate):
         kmeans_seed: int = 0,
         kmeans_n_init: int = 10,
         prototype_data: PrototypeData = "train",
+        cache_evaluation: bool = False,
         criterion: Optional[nn.Module] = None,
         train_mb_size: int = 128,
         train_epochs: int = 50,
@@ -80,6 +84,8 @@ class CoLoR(SupervisedTemplate):
         **base_kwargs: Any,
     ) -> None:
         expert_model = _expert_model(model, rank=rank, alpha=alpha, routing=routing, distance=distance)
+        if cache_evaluation:
+            expert_model.cache_evaluation()
         check_choice("prototype_data", prototype_data, PROTOTYPE_DATA)
         check_positive("lr", lr)
         if momentum < 0:

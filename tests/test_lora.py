@@ -66,17 +66,24 @@ def test_matches_loralib_merged_linear_on_q_and_v():
     torch.testing.assert_close(layer(x), reference(x))
 
 
-def test_mixed_batch_rows_equal_each_experts_own_run():
+def three_random_experts() -> ExpertViT:
     model = ExpertViT(tiny_vit(), rank=4).eval()
     for classes in ([0, 1], [2, 3, 4], [5]):
         model.add_expert(classes)
     randomise_experts(model)
+    return model
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["merged (inference)", "low-rank (training)"])
+def test_mixed_batch_rows_equal_each_experts_own_run(grad):
+    model = three_random_experts()
     x = images(6)
     experts = torch.tensor([2, 0, 1, 1, 0, 2])
-    mixed = model.predict(x, experts)
-    for row, expert in enumerate(experts.tolist()):
-        alone = model.predict(x[row : row + 1], expert)
-        torch.testing.assert_close(mixed[row : row + 1], alone, rtol=1e-5, atol=1e-5)
+    with torch.set_grad_enabled(grad):
+        mixed = model.predict(x, experts)
+        for row, expert in enumerate(experts.tolist()):
+            alone = model.predict(x[row : row + 1], expert)
+            torch.testing.assert_close(mixed[row : row + 1], alone, rtol=1e-5, atol=1e-5)
     # each row has finite logits exactly on its expert's classes
     known = torch.isfinite(mixed)
     for row, expert in enumerate(experts.tolist()):
@@ -131,3 +138,27 @@ def test_any_timm_vit_shape_works(shape):
     assert torch.equal(model.features(x), expected)
     logits = model.eval().predict(x, 0)
     assert logits.shape == (3, 8) and torch.isfinite(logits[:, [3, 7]]).all()
+
+
+def test_merged_weights_equal_the_low_rank_update():
+    model = three_random_experts()
+    x = images(5)
+    for expert in range(3):
+        with torch.no_grad():
+            merged = model.predict(x, expert)
+        unmerged = model.predict(x, expert)  # gradients on: base output + low-rank update
+        torch.testing.assert_close(merged, unmerged.detach(), rtol=1e-5, atol=1e-5)
+    layer = model.qkv_layers[1]
+    delta = layer.merged_weight(2) - layer.base_layer.weight
+    expert = layer.experts[2]
+    d = layer.head_width
+    torch.testing.assert_close(delta[:d], expert.scaling * expert.B[0] @ expert.A[0])
+    assert torch.equal(delta[d : 2 * d], torch.zeros_like(delta[d : 2 * d]))
+
+
+def test_merging_never_writes_the_shared_weight():
+    model = three_random_experts()
+    before = [layer.base_layer.weight.clone() for layer in model.qkv_layers]
+    with torch.no_grad():
+        model.predict(images(6), torch.tensor([0, 1, 2, 0, 1, 2]))
+    assert all(torch.equal(b, layer.base_layer.weight) for b, layer in zip(before, model.qkv_layers))
