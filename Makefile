@@ -5,13 +5,18 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: main test setup clean
+.PHONY: main test perf setup clean
 
 main: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.compare_digits
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest tests
+
+# Speed and memory ratios (benchmarks/results/perf.md); peft only as a point of comparison.
+perf: $(STAMP)
+	$(VENV)/bin/python -m pip install -c constraints.txt -e '.[test,perf]'
+	$(VENV)/bin/python -m benchmarks.perf
 
 setup: $(STAMP)
 

@@ -8,11 +8,11 @@ per contiguous run of samples (a batch sorted by expert, see :class:`Segments`).
 
 Two ways to compute an expert, chosen by whether gradients are needed:
 
-* training: ``base(x)`` plus the low-rank update ``x A^T B^T`` added in place, so the
-  frozen weight gets no gradient and the update costs two thin matmuls;
-* inference: one matmul with the merged weight ``W + s B A`` (built per forward, a
-  d x r x 2d product, negligible next to the tokens' matmul), so an expert costs what
-  the backbone costs, and a mixed batch costs one matmul per run of samples.
+* low-rank: ``base(x)`` plus the update ``s x A^T B^T``, two thin matmuls. Used in training (the frozen weight gets no gradient) and for mixed
+  batches (one frozen matmul for the whole batch, one update per run of samples);
+* merged: one matmul with ``W + s B A`` (built per forward: a d x r x 2d product,
+  small next to the tokens' matmul). Used when a whole batch goes to one expert
+  without gradients (oracle evaluation, a batch routed to one expert).
 """
 
 from __future__ import annotations
@@ -54,6 +54,22 @@ class QVLoRA(nn.Module):
     def delta_weight(self) -> Tensor:
         """The (2, out, in) weight updates of q and v, scaling included."""
         return self.scaling * self.B @ self.A
+
+    def down(self) -> Tensor:
+        """(2r, in): A of q and A of v stacked, so both project down in one matmul."""
+        return self.A.reshape(2 * self.rank, -1)
+
+    def up(self) -> Tensor:
+        """(3 out, 2r): B of q and v placed on the q and v rows of a fused qkv output.
+
+        The key rows are zero, so one matmul adds both updates and leaves k alone.
+        """
+        zeros = self.B.new_zeros(self.B.shape[1:])
+        return torch.cat((
+            torch.cat((self.B[0], zeros), dim=1),
+            torch.cat((zeros, zeros), dim=1),
+            torch.cat((zeros, self.B[1]), dim=1),
+        ))
 
 
 class QKVExperts(nn.Module):
@@ -102,11 +118,12 @@ class QKVExperts(nn.Module):
             return self.base_layer(x)
         if isinstance(selection, int):
             if torch.is_grad_enabled():
-                return self._with_low_rank_update(x, self.experts[selection])
+                return self._add_low_rank_update(self.base_layer(x), x, self.experts[selection])
             return self._merged_forward(x, selection)
-        if torch.is_grad_enabled():
-            return torch.cat([self._with_low_rank_update(x[run], self.experts[e]) for e, run in selection])
-        return torch.cat([self._merged_forward(x[run], e) for e, run in selection])
+        # A mixed batch: the frozen matmul once for all samples, then each expert's
+        # low-rank update on its contiguous run (slices, no gather or scatter).
+        out = self.base_layer(x)
+        return torch.cat([self._add_low_rank_update(out[run], x[run], self.experts[e]) for e, run in selection])
 
     def merged_weight(self, expert: int) -> Tensor:
         """The qkv weight with ``expert``'s q and v updates folded in."""
@@ -118,15 +135,15 @@ class QKVExperts(nn.Module):
     def _merged_forward(self, x: Tensor, expert: int) -> Tensor:
         return nn.functional.linear(x, self.merged_weight(expert), self.base_layer.bias)
 
-    def _with_low_rank_update(self, x: Tensor, expert: QVLoRA) -> Tensor:
-        out = self.base_layer(x)
-        r, d = expert.rank, self.head_width
-        low = x @ expert.A.reshape(2 * r, -1).T  # one thin matmul for q and v together
-        # In place on the frozen layer's output: its backward never reads it.
-        out[..., :d] += expert.scaling * (low[..., :r] @ expert.B[0].T)
-        out[..., 2 * d :] += expert.scaling * (low[..., r:] @ expert.B[1].T)
-        return out
+    def _add_low_rank_update(self, out: Tensor, x: Tensor, expert: QVLoRA) -> Tensor:
+        """``out`` plus ``x``'s q and v updates: ``out + s (x A^T) B^T`` in one fused addmm.
 
+        Out of place on purpose: an in-place add on slices of ``out`` costs a copy
+        of the whole qkv gradient per layer in the backward pass.
+        """
+        low = x.reshape(-1, x.shape[-1]) @ expert.down().T
+        updated = torch.addmm(out.reshape(-1, out.shape[-1]), low, expert.up().T, alpha=expert.scaling)
+        return updated.view(out.shape)
 
 def segments_of(sorted_experts: Tensor) -> Segments:
     """The runs of equal expert ids in a sorted (batch,) tensor, as (expert, slice) pairs."""
