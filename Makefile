@@ -15,7 +15,7 @@ test: $(STAMP)
 
 # Speed and memory ratios (benchmarks/results/perf.md); peft only as a point of comparison.
 perf: $(STAMP)
-	$(VENV)/bin/python -m pip install -c constraints.txt -e '.[test,perf]'
+	$(VENV)/bin/python -m pip install -c constraints.txt -e '.[test,benchmarks,perf]'
 	$(VENV)/bin/python -m benchmarks.perf
 
 setup: $(STAMP)
@@ -24,7 +24,7 @@ setup: $(STAMP)
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --upgrade pip
-	$(VENV)/bin/python -m pip install -c constraints.txt -e '.[test]'
+	$(VENV)/bin/python -m pip install -c constraints.txt -e '.[test,benchmarks]'
 	touch $(STAMP)
 
 clean:
