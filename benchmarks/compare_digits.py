@@ -20,7 +20,10 @@ from tqdm import tqdm
 
 from benchmarks.digits import (NUM_CLASSES, class_incremental_stream, digits_split,
                                domain_incremental_stream, pretrained_vit, small_vit)
-from benchmarks.methods import METHODS, Budget, Hyperparameters, build_strategy
+from benchmarks.methods import (BASELINES, Budget, Hyperparameters, build_strategy,
+                                trainable_parameters_per_experience)
+
+METHODS = ("CoLoR", *BASELINES)
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -53,10 +56,7 @@ def run(method: str, benchmark, backbone, budget: Budget, hp: Hyperparameters, p
     }
     if method == "CoLoR":
         summary["routing_accuracy"] = final_metric(results, "RoutingAcc_Stream")
-    summary["trainable_parameters_per_experience"] = (
-        sum(p.numel() for p in strategy.model.expert_parameters(0)) if method == "CoLoR"
-        else sum(p.numel() for p in strategy.model.parameters())
-    )
+    summary["trainable_parameters_per_experience"] = trainable_parameters_per_experience(strategy)
     return summary
 
 

@@ -72,24 +72,27 @@ def in_domain(images: Tensor, domain: str, seed: int) -> Tensor:
     raise ValueError(f"domain must be one of {DOMAINS}, got {domain!r}")
 
 
-def class_incremental_stream(split: DigitsSplit, classes_per_experience: int = 2):
-    """Disjoint digit pairs per experience, task label 0 throughout."""
+def class_incremental_stream(split: DigitsSplit, classes_per_experience: int = 2, task_labels: bool = False):
+    """Disjoint digit pairs per experience; task label 0 throughout, or the experience's index."""
     train, test = [], []
     for first in range(0, NUM_CLASSES, classes_per_experience):
         classes = torch.arange(first, first + classes_per_experience)
         for (images, labels), store in ((split.train, train), (split.test, test)):
             keep = torch.isin(labels, classes)
             store.append((normalise(images[keep]), labels[keep]))
-    return tensors_benchmark(train, test, task_labels=[0] * len(train))
+    return tensors_benchmark(train, test, task_labels=list(range(len(train))) if task_labels else [0] * len(train))
 
 
-def domain_incremental_stream(split: DigitsSplit, domains: tuple[str, ...] = DOMAINS):
-    """All ten digits in every experience, one domain each; the train and test images differ."""
+def domain_incremental_stream(split: DigitsSplit, domains: tuple[str, ...] = DOMAINS, task_labels: bool = False):
+    """All ten digits in every experience, one domain each; the train and test images differ.
+
+    Task label 0 throughout, or the experience's index with ``task_labels=True``.
+    """
     train, test = [], []
     for index, domain in enumerate(domains):
         for (images, labels), store, salt in ((split.train, train, 0), (split.test, test, 1)):
             store.append((normalise(in_domain(images, domain, seed=2 * index + salt)), labels))
-    return tensors_benchmark(train, test, task_labels=[0] * len(train))
+    return tensors_benchmark(train, test, task_labels=list(range(len(train))) if task_labels else [0] * len(train))
 
 
 def small_vit(num_classes: int = 0, seed: int = 0) -> VisionTransformer:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional, Sequence
 
 import torch
 from avalanche.evaluation.metrics import accuracy_metrics, forgetting_metrics
+from avalanche.logging import BaseLogger
 from avalanche.training import EWC, LwF, Naive, Replay
 from avalanche.training.plugins import EvaluationPlugin
 from avalanche.training.templates import SupervisedTemplate
@@ -14,7 +15,10 @@ from torch import nn
 
 from avalanche_color import CoLoR, routing_accuracy_metrics
 
-METHODS = ("CoLoR", "Naive", "EWC", "LwF", "Replay")
+# CoLoR's routing per method name; "CoLoR-oracle" needs a stream with task label = experience.
+COLOR_ROUTING = {"CoLoR": "backbone", "CoLoR++": "first_expert", "CoLoR-oracle": "oracle"}
+BASELINES = ("Naive", "EWC", "LwF", "Replay")
+METHODS = (*COLOR_ROUTING, *BASELINES)
 
 
 @dataclass(frozen=True)
@@ -40,12 +44,16 @@ class Hyperparameters:
     replay_memory: int = 200
 
 
-def evaluator() -> EvaluationPlugin:
+def needs_task_labels(method: str) -> bool:
+    return COLOR_ROUTING.get(method) == "oracle"
+
+
+def evaluator(loggers: Sequence[BaseLogger] = ()) -> EvaluationPlugin:
     return EvaluationPlugin(
         accuracy_metrics(experience=True, stream=True),
         forgetting_metrics(experience=True, stream=True),
         *routing_accuracy_metrics(),
-        loggers=[],
+        loggers=list(loggers),
     )
 
 
@@ -55,14 +63,16 @@ def build_strategy(
     num_classes: int,
     budget: Budget,
     hp: Hyperparameters,
+    loggers: Optional[Sequence[BaseLogger]] = None,
 ) -> SupervisedTemplate:
     """A strategy for ``method``; ``backbone(num_classes)`` gives a fresh pretrained ViT."""
-    common = dict(train_mb_size=budget.batch_size, train_epochs=budget.epochs,
-                  eval_mb_size=256, device=budget.device, evaluator=evaluator())
-    if method == "CoLoR":
-        return CoLoR(backbone(0), rank=hp.color_rank, k=hp.color_k, lr=hp.color_lr, **common)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    common = dict(train_mb_size=budget.batch_size, train_epochs=budget.epochs,
+                  eval_mb_size=256, device=budget.device, evaluator=evaluator(loggers or ()))
+    if method in COLOR_ROUTING:
+        return CoLoR(backbone(0), rank=hp.color_rank, k=hp.color_k, lr=hp.color_lr,
+                     routing=COLOR_ROUTING[method], **common)
     model = backbone(num_classes)
     baseline = dict(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=hp.baseline_lr, momentum=0.9),
                     criterion=nn.CrossEntropyLoss(), **common)
@@ -73,3 +83,10 @@ def build_strategy(
     if method == "LwF":
         return LwF(alpha=hp.lwf_alpha, temperature=hp.lwf_temperature, **baseline)
     return Replay(mem_size=hp.replay_memory, **baseline)
+
+
+def trainable_parameters_per_experience(strategy: SupervisedTemplate) -> int:
+    """What one experience trains: CoLoR's expert (LoRA + head), or the whole model for the baselines."""
+    if isinstance(strategy, CoLoR):
+        return sum(p.numel() for p in strategy.model.expert_parameters(0))
+    return sum(p.numel() for p in strategy.model.parameters())

@@ -1,0 +1,82 @@
+"""The comparison runner on the bundled digits with a tiny checkpointed ViT (seconds on CPU)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks.compare import ComparisonConfig, run_comparison
+from benchmarks.reporting import forgetting, weighted_mean
+
+
+def tiny_config(backbone: str, out, **overrides) -> ComparisonConfig:
+    settings = dict(benchmark="digits_class", methods=("CoLoR", "CoLoR-oracle", "Naive"), epochs=1,
+                    batch_size=64, backbone=backbone, out=out, ranks=(2,))
+    settings.update(overrides)
+    return ComparisonConfig(**settings)
+
+
+def test_runner_writes_every_result_and_log(tiny_backbone, tmp_path):
+    result = run_comparison(tiny_config(tiny_backbone, tmp_path), progress=False)
+    runs = {run["label"]: run for run in result["runs"]}
+    assert list(runs) == ["CoLoR", "CoLoR-oracle", "Naive"]
+    for run in runs.values():
+        matrix = run["accuracy_matrix"]
+        assert len(matrix) == 5
+        # evaluated on the experiences seen so far: lower triangle filled, upper left empty
+        assert all((row[j] is None) == (j > i) for i, row in enumerate(matrix) for j in range(5))
+        assert run["forgetting"] == pytest.approx(forgetting(matrix))
+        assert 0.0 <= run["average_accuracy"] <= 1.0 and run["wall_seconds"] > 0
+    assert runs["CoLoR-oracle"]["routing_accuracy"] == 1.0  # oracle routing reads the task labels
+    assert runs["CoLoR-oracle"]["forgetting"] == pytest.approx(0.0)  # its experts never change
+    assert runs["Naive"]["routing_accuracy"] is None
+    assert runs["CoLoR"]["trainable_parameters_per_experience"] < runs["Naive"]["trainable_parameters_per_experience"]
+
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["runs"] == json.loads(json.dumps(result["runs"]))
+    assert (tmp_path / "runs.csv").read_text().count("\n") == 1 + 3
+    assert (tmp_path / "accuracy_matrices.csv").read_text().count("\n") == 1 + 3 * 15
+    assert "| CoLoR-oracle | 1 | " in (tmp_path / "summary.md").read_text()
+    assert (tmp_path / "accuracy.png").read_bytes().startswith(b"\x89PNG")
+    logs = tmp_path / "logs" / "CoLoR_seed0"
+    assert "Top1_Acc_Stream" in (logs / "log.txt").read_text()
+    assert (logs / "csv" / "eval_results.csv").read_text().count("\n") > 1
+    assert any((logs / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_rank_ablation_runs_each_variant_and_scales_lora_parameters(tiny_backbone, tmp_path):
+    config = tiny_config(tiny_backbone, tmp_path, methods=("CoLoR",), ranks=(1, 2), loggers=())
+    runs = run_comparison(config, progress=False)["runs"]
+    assert [run["label"] for run in runs] == ["CoLoR r=1 k=4", "CoLoR r=2 k=4"]
+    head = 32 * 2 + 2  # the first experience's head: 2 digits
+    lora_r1, lora_r2 = (run["trainable_parameters_per_experience"] - head for run in runs)
+    assert lora_r2 == 2 * lora_r1 == 2 * 2 * 2 * (32 + 32)  # depth x (q, v) x r x (in + out)
+
+
+def test_color_family_runs_every_seed_and_baselines_the_first(tiny_backbone, tmp_path):
+    config = tiny_config(tiny_backbone, tmp_path, benchmark="digits_domain", methods=("CoLoR", "Naive"),
+                         seeds=(0, 1), loggers=())
+    runs = run_comparison(config, progress=False)["runs"]
+    assert [(run["label"], run["seed"]) for run in runs] == [("CoLoR", 0), ("CoLoR", 1), ("Naive", 0)]
+    assert runs[0]["k"] == 5  # the paper's k for domain-incremental streams
+    assert "CoLoR | 2 | " in (tmp_path / "summary.md").read_text()
+
+
+def test_metrics_from_the_accuracy_matrix():
+    matrix = [[0.9, None, None], [0.8, 0.6, None], [0.5, 0.4, 0.7]]
+    assert forgetting(matrix) == pytest.approx(((0.9 - 0.5) + (0.6 - 0.4)) / 2)
+    assert forgetting([[0.3]]) == 0.0
+    assert weighted_mean(matrix[-1], [1, 1, 2]) == pytest.approx((0.5 + 0.4 + 2 * 0.7) / 4)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("benchmark", "mnist", "benchmark must be one of"),
+    ("methods", ("CoLoR", "iCaRL"), "methods must be among"),
+    ("ranks", (0,), "ranks must be positive"),
+    ("seeds", (), "seeds must not be empty"),
+    ("loggers", ("stdout",), "loggers must be among"),
+])
+def test_bad_configuration_is_refused(field, value, message, tmp_path):
+    with pytest.raises(ValueError, match=message):
+        tiny_config("unused", tmp_path, **{field: value})
