@@ -1,0 +1,28 @@
+"""The example notebook runs from top to bottom on a tiny configuration and shows its results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+NOTEBOOK = Path(__file__).parents[1] / "notebooks" / "compare_methods.ipynb"
+
+
+def test_compare_methods_notebook_runs_and_shows_table_and_plot(tiny_backbone, tmp_path):
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    [parameters] = [cell for cell in notebook.cells if "parameters" in cell.metadata.get("tags", [])]
+    parameters.source = (
+        'BENCHMARK = "digits_class"\nMETHODS = ["CoLoR", "Naive"]\nSEEDS = [0]\nEPOCHS = 1\n'
+        f'OPTIONS = {{"backbone": {tiny_backbone!r}, "out": {str(tmp_path)!r}, "ranks": (2,), "loggers": ()}}\n'
+    )
+    NotebookClient(notebook, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
+
+    outputs = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs]
+    assert not [output for output in outputs if output.output_type == "error"]
+    markdown = [output.data["text/markdown"] for output in outputs if "text/markdown" in output.get("data", {})]
+    assert any("| CoLoR | 1 |" in text and "| Naive | 1 |" in text for text in markdown)
+    assert any("image/png" in output.get("data", {}) for output in outputs)
+    assert (tmp_path / "results.json").exists()
