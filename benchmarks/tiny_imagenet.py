@@ -47,8 +47,9 @@ def _decode(archive: Archive, image_size: int) -> dict:
     wnids = archive.read(archive.find("wnids.txt")).decode().split()
     index = {wnid: i for i, wnid in enumerate(wnids)}
     names = archive.names()
-    train = sorted(n for n in names if "/train/" in n and n.endswith(".JPEG"))
-    train_labels = [index[n.split("/train/")[1].split("/")[0]] for n in train]
+    # The leading "/" matches "train/..." at the root of an unpacked folder too.
+    train = sorted(n for n in names if "/train/" in f"/{n}" and n.endswith(".JPEG"))
+    train_labels = [index[f"/{n}".split("/train/")[1].split("/")[0]] for n in train]
     annotations = archive.find("val/val_annotations.txt")
     val_dir = annotations.rsplit("/", 1)[0] + "/images/"
     val, val_labels = [], []
