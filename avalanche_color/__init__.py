@@ -6,6 +6,7 @@ from avalanche_color.model import ExpertHead, ExpertViT
 from avalanche_color.plugins import LoRAExpertsPlugin, PrototypeRouterPlugin
 from avalanche_color.prototypes import PrototypeRouter, fit_prototypes
 from avalanche_color.strategy import CoLoR
+from avalanche_color.wandb_logger import WandBLogger
 
 __all__ = [
     "CoLoR",
@@ -17,6 +18,7 @@ __all__ = [
     "QKVExperts",
     "QVLoRA",
     "RoutingAccuracy",
+    "WandBLogger",
     "fit_prototypes",
     "routing_accuracy_metrics",
 ]
