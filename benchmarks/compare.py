@@ -165,9 +165,9 @@ def _run(method: str, label: str, seed: int, rank: int, k: int, benchmark, spec:
     name = f"{_slug(label)}_seed{seed}"
     with ExitStack() as stack:
         loggers = _avalanche_loggers(config.loggers, out / "logs" / name, stack)
-        wandb_run = _wandb_logger(config, label, method, seed, rank, k, out)
-        if wandb_run is not None:
-            loggers.append(wandb_run)
+        wandb_logger = _wandb_logger(config, label, method, seed, rank, k, out)
+        if wandb_logger is not None:
+            loggers.append(stack.enter_context(wandb_logger))  # finished even if training fails
         strategy = build_strategy(method, lambda classes: with_head(copy.deepcopy(backbone), classes),
                                   spec.num_classes, budget, hp, loggers)
         count = len(benchmark.train_stream)
@@ -192,8 +192,9 @@ def _run(method: str, label: str, seed: int, rank: int, k: int, benchmark, spec:
             "wall_seconds": time.perf_counter() - wall,
             "cpu_seconds": time.process_time() - cpu,
         }
-        if wandb_run is not None:
-            _finish_wandb(run)
+        if wandb_logger is not None:
+            wandb_logger.run.summary.update({key: value for key, value in run.items()
+                                             if isinstance(value, (int, float))})
     return run
 
 
@@ -230,14 +231,8 @@ def _wandb_logger(config: ComparisonConfig, label: str, method: str, seed: int, 
     run_config = {**_jsonable(asdict(config)), "method": method, "seed": seed, "rank": rank, "k": k}
     return WandBLogger(project_name=config.wandb_project, run_name=f"{config.benchmark} {label} seed {seed}",
                        dir=str(folder), config=run_config, save_code=False,
-                       params={"entity": config.wandb_entity, "group": config.benchmark, "job_type": label})
-
-
-def _finish_wandb(run: dict[str, Any]) -> None:
-    import wandb
-    wandb.run.summary.update({key: value for key, value in run.items()
-                              if isinstance(value, (int, float)) and value is not None})
-    wandb.finish()
+                       params={"entity": config.wandb_entity, "group": config.benchmark, "job_type": label,
+                               "reinit": "create_new"})  # one run per (method, seed), even in a notebook
 
 
 def _slug(label: str) -> str:

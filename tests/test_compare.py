@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+import wandb
 
 from benchmarks.compare import ComparisonConfig, run_comparison
 from benchmarks.reporting import forgetting, weighted_mean
+from offline_wandb import exit_code, offline_run_files, offline_wandb, summary  # noqa: F401 (fixture)
 
 
 def tiny_config(backbone: str, out, **overrides) -> ComparisonConfig:
@@ -80,3 +82,16 @@ def test_metrics_from_the_accuracy_matrix():
 def test_bad_configuration_is_refused(field, value, message, tmp_path):
     with pytest.raises(ValueError, match=message):
         tiny_config("unused", tmp_path, **{field: value})
+
+
+def test_runner_logs_each_run_to_its_own_offline_wandb_run(tiny_backbone, tmp_path, offline_wandb):
+    config = tiny_config(tiny_backbone, tmp_path, methods=("CoLoR", "Naive"), loggers=(),
+                         wandb_project="avalanche-color-test")
+    runs = run_comparison(config, progress=False)["runs"]
+    run_files = offline_run_files(tmp_path / "wandb")
+    assert len(run_files) == 2 and wandb.run is None  # one finished W&B run per (method, seed)
+    for run, run_file in zip(runs, run_files):
+        logged = summary(run_file)
+        assert logged["average_accuracy"] == pytest.approx(run["average_accuracy"])
+        assert logged["trainable_parameters_per_experience"] == run["trainable_parameters_per_experience"]
+        assert exit_code(run_file) == 0
