@@ -152,7 +152,7 @@ def pretrain(config: Config, data: Path, out: Path, checkpoint: Path) -> dict:
         "history": history,
         "device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
         "train_minutes": round(seconds / 60, 1),
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),
         "timm": timm.__version__,
     }
     save_backbone(model.cpu(), out, architecture=ARCHITECTURE, model_kwargs=config.model_kwargs(),
