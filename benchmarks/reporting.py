@@ -84,7 +84,11 @@ def write_csv(runs: Sequence[Run], folder: Path) -> None:
 
 
 def seen_accuracy_curve(matrix: Sequence[Sequence[float]]) -> list[float]:
-    """Average accuracy over the experiences seen so far, after each experience."""
+    """Mean of the per-experience accuracies over the experiences seen so far, after each experience.
+
+    Unweighted, so every experience counts the same; the table's average accuracy is over test
+    samples (Avalanche's stream accuracy) and differs when experiences differ in size.
+    """
     return [statistics.fmean(row[: trained + 1]) for trained, row in enumerate(matrix)]
 
 
@@ -110,7 +114,7 @@ def plot_accuracy(runs: Sequence[Run], path: Path | None = None, title: str = ""
                               alpha=0.2)
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_xlabel("experiences trained")
-    axes.set_ylabel("accuracy on experiences seen (%)")
+    axes.set_ylabel("mean accuracy over experiences seen (%)")
     axes.set_title(title)
     axes.grid(alpha=0.3)
     axes.legend(fontsize="small")
