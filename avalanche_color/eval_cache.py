@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 if TYPE_CHECKING:
-    from avalanche_color.model import ExpertViT
+    from avalanche_color.experts import RoutedExpertViT
 
 
 def image_keys(x: Tensor) -> list[bytes]:
@@ -39,7 +39,7 @@ class EvalCache:
         self.features.clear()
         self.logits.clear()
 
-    def forward(self, model: "ExpertViT", x: Tensor, task_labels: Optional[Tensor]) -> Tensor:
+    def forward(self, model: "RoutedExpertViT", x: Tensor, task_labels: Optional[Tensor]) -> Tensor:
         """What ``model(x, task_labels)`` computes in eval mode, reusing what is cached."""
         keys = image_keys(x)
         if model.routing == "oracle":
@@ -65,7 +65,7 @@ class EvalCache:
                     self.logits[(keys[row], expert)] = values
         return logits
 
-    def _routing_features(self, model: "ExpertViT", x: Tensor, keys: list[bytes]) -> Tensor:
+    def _routing_features(self, model: "RoutedExpertViT", x: Tensor, keys: list[bytes]) -> Tensor:
         if model.routing == "first_expert" and not model.is_frozen(0):
             return model.routing_features(x)  # the first expert is still training
         missing = [row for row, key in enumerate(keys) if key not in self.features]

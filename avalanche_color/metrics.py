@@ -32,7 +32,7 @@ class RoutedShare(Metric[Optional[float]]):
 
 
 class RoutingAccuracy(GenericPluginMetric[Optional[float], RoutedShare]):
-    """Routing accuracy of an :class:`~avalanche_color.ExpertViT` in evaluation.
+    """Routing accuracy of a routed expert model (CoLoR's ``ExpertViT``, S-Prompts') in evaluation.
 
     A test sample is routed correctly when its expert is the one trained on the
     experience it comes from (train and test streams line up experience by

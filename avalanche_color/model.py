@@ -1,43 +1,28 @@
-"""A frozen timm ViT with one LoRA expert and one head per experience, and its router."""
+"""CoLoR's model: a frozen timm ViT with one LoRA expert and one head per experience.
+
+The heads, routing and state handling are shared with the other routed expert
+models (:mod:`avalanche_color.experts`); this module says what a LoRA expert is.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Literal, Optional, Union, get_args
+from typing import Any, Optional
 
-import torch
-from avalanche.models import MultiTaskModule
-from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor, nn
 
-from avalanche_color.eval_cache import EvalCache
-from avalanche_color.lora import ExpertSelection, QKVExperts, Segments, segments_of
-from avalanche_color.prototypes import DISTANCES, Distance, PrototypeRouter
+from avalanche_color.experts import (ROUTINGS, ExpertHead, RoutedExpertViT, Routing, check_images,
+                                     check_vision_transformer)
+from avalanche_color.lora import ExpertSelection, QKVExperts
+from avalanche_color.prototypes import DISTANCES, Distance
 from avalanche_color.validation import check_choice, check_positive, check_positive_int
 
-Routing = Literal["backbone", "first_expert", "oracle"]
-ROUTINGS: tuple[str, ...] = get_args(Routing)
+# Re-exported: they lived here before the shared base existed.
+__all__ = ["ExpertHead", "ExpertViT", "ROUTINGS", "Routing", "check_images", "check_vit"]
 
 
-class ExpertHead(nn.Module):
-    """A linear head over the classes of one experience.
-
-    ``classes`` maps the head's outputs to the global class ids.
-    """
-
-    classes: Tensor
-
-    def __init__(self, in_features: int, classes: Sequence[int]) -> None:
-        super().__init__()
-        self.linear = nn.Linear(in_features, len(classes))
-        self.register_buffer("classes", torch.as_tensor(sorted(classes), dtype=torch.long))
-
-    def forward(self, features: Tensor) -> Tensor:
-        return self.linear(features)
-
-
-class ExpertViT(MultiTaskModule):
+class ExpertViT(RoutedExpertViT):
     """CoLoR's model: a frozen ViT, LoRA experts on q and v of every block, their heads.
 
     In training mode the newest expert predicts (Avalanche adds one per new
@@ -57,9 +42,6 @@ class ExpertViT(MultiTaskModule):
         normalize_features: L2-normalise features before clustering and routing.
     """
 
-    expert_experiences: Tensor
-    expert_tasks: Tensor
-
     def __init__(
         self,
         vit: nn.Module,
@@ -70,27 +52,16 @@ class ExpertViT(MultiTaskModule):
         distance: Distance = "euclidean",
         normalize_features: bool = True,
     ) -> None:
-        super().__init__()
         check_vit(vit)
         self.check_options(rank=rank, alpha=alpha, routing=routing, distance=distance)
+        super().__init__(vit, routing=routing, distance=distance, normalize_features=normalize_features)
         self.rank = rank
         self.alpha = float(rank if alpha is None else alpha)
-        self.routing: Routing = routing
-        self.normalize_features = normalize_features
-
-        self.backbone = vit.requires_grad_(False).eval()
         self.qkv_layers: list[QKVExperts] = []
         for block in vit.blocks:
             layer = QKVExperts(block.attn.qkv)
             block.attn.qkv = layer
             self.qkv_layers.append(layer)
-        self.heads = nn.ModuleList()
-        self.router = PrototypeRouter(distance)
-        # Where each expert comes from: its training experience and task label.
-        self.register_buffer("expert_experiences", torch.empty(0, dtype=torch.long))
-        self.register_buffer("expert_tasks", torch.empty(0, dtype=torch.long))
-        self.last_experts: Optional[Tensor] = None
-        self.eval_cache: Optional[EvalCache] = None
 
     @staticmethod
     def check_options(*, rank: int, alpha: Optional[float], routing: str, distance: str) -> None:
@@ -101,98 +72,16 @@ class ExpertViT(MultiTaskModule):
         check_choice("routing", routing, ROUTINGS)
         check_choice("distance", distance, DISTANCES)
 
-    # ------------------------------------------------------------------ experts
+    # ------------------------------------------------------------------ LoRA experts
 
-    @property
-    def num_experts(self) -> int:
-        return len(self.heads)
-
-    @property
-    def num_features(self) -> int:
-        return int(self.backbone.num_features)
-
-    @property
-    def num_classes(self) -> int:
-        """Width of the output: one past the largest class id of any expert or adapted experience.
-
-        Avalanche adapts the model to evaluation experiences too, so the output
-        also covers classes no expert knows yet (their logits are -inf).
-        """
-        known = max((int(h.classes.max()) + 1 for h in self.heads), default=0)
-        return max(known, self.max_class_label)
-
-    def add_expert(self, classes: Sequence[int], experience: int = -1, task: int = 0) -> int:
-        """Add a trainable expert for ``classes`` and freeze all earlier ones.
-
-        Returns:
-            the new expert's index.
-        """
-        if len(classes) == 0:
-            raise ValueError("classes must name at least one class, got an empty sequence")
-        if min(classes) < 0:
-            raise ValueError(f"classes must be non-negative class ids, got {sorted(classes)}")
-        for parameter in self.parameters():  # earlier experts freeze; stale gradients go
-            parameter.requires_grad_(False)
-            parameter.grad = None
-        device = self.backbone.patch_embed.proj.weight.device
+    def _add_expert_modules(self) -> None:
         for layer in self.qkv_layers:
             layer.add_expert(self.rank, self.alpha)
-        self.heads.append(ExpertHead(self.num_features, classes).to(device))
-        origin = self.expert_experiences.new_tensor
-        self.expert_experiences = torch.cat((self.expert_experiences, origin([experience])))
-        self.expert_tasks = torch.cat((self.expert_tasks, origin([task])))
-        return self.num_experts - 1
 
-    def is_frozen(self, expert: int) -> bool:
-        """Whether ``expert`` is done training (only the newest expert ever trains)."""
-        return not any(p.requires_grad for p in self.expert_parameters(expert))
-
-    def cache_evaluation(self, enabled: bool = True) -> None:
-        """Reuse routing features and frozen experts' outputs across evaluations (exact).
-
-        Worth it when the same test images are evaluated after every experience;
-        the cache holds one feature vector per image and one logit row per
-        (image, frozen expert) it has evaluated.
-        """
-        self.eval_cache = EvalCache() if enabled else None
-
-    def expert_parameters(self, expert: int) -> Iterator[nn.Parameter]:
-        """The parameters of one expert: its LoRA matrices and its head."""
+    def expert_modules(self, expert: int) -> Iterator[nn.Module]:
+        """The expert's LoRA modules, one per block."""
         for layer in self.qkv_layers:
-            yield from layer.experts[expert].parameters()
-        yield from self.heads[expert].parameters()
-
-    def adaptation(self, experience: Any) -> None:
-        """Avalanche's hook before each experience: a new expert for a new training one."""
-        super().adaptation(experience)
-        experience_id = int(experience.current_experience)
-        if not self.training or experience_id in self.expert_experiences.tolist():
-            return
-        task_labels = list(experience.task_labels)
-        if len(task_labels) != 1:
-            raise ValueError(f"an experience must have one task label, got {task_labels}")
-        if len(experience.dataset) == 0:
-            raise ValueError(f"experience {experience_id} has no samples")
-        # Refuse unusable images before the expert exists, not at the first forward.
-        check_images(self.backbone, torch.as_tensor(experience.dataset[0][0]).unsqueeze(0))
-        self.add_expert(list(experience.classes_in_this_experience), experience_id, task_labels[0])
-
-    def experts_of_tasks(self, task_labels: Tensor) -> Tensor:
-        """The expert trained on each sample's task label (oracle routing)."""
-        tasks = self.expert_tasks.tolist()
-        if len(set(tasks)) != len(tasks):
-            raise ValueError(
-                f"routing='oracle' needs a distinct task label per experience (a task-incremental "
-                f"stream); the experts' task labels are {tasks}"
-            )
-        unknown = set(task_labels.unique().tolist()) - set(tasks)
-        if unknown:
-            raise ValueError(f"task labels {sorted(unknown)} have no expert; known: {tasks}")
-        lookup = torch.full((max(tasks) + 1,), -1, dtype=torch.long, device=task_labels.device)
-        lookup[self.expert_tasks.to(task_labels.device)] = torch.arange(len(tasks), device=task_labels.device)
-        return lookup[task_labels.long()]
-
-    # ------------------------------------------------------------------ forward
+            yield layer.experts[expert]
 
     @contextmanager
     def selected(self, experts: ExpertSelection) -> Iterator[None]:
@@ -206,122 +95,31 @@ class ExpertViT(MultiTaskModule):
                 layer.select(None)
 
     def features(self, x: Tensor, experts: ExpertSelection = None) -> Tensor:
-        """The pooled ([CLS]) features after the final norm, shape (batch, num_features)."""
+        """The pooled ([CLS]) features after the final norm, shape (batch, num_features).
+
+        With a mixed batch each layer runs one matmul per expert on its run of samples.
+        """
         check_images(self.backbone, x)
         with self.selected(experts):
             tokens = self.backbone.forward_features(x)
         return self.backbone.forward_head(tokens, pre_logits=True)
 
-    def routing_features(self, x: Tensor) -> Tensor:
-        """The features prototypes are made of and samples are routed by."""
-        if self.routing == "first_expert":
-            if not self.num_experts:
-                raise RuntimeError("routing='first_expert' needs a trained first expert")
-            features = self.features(x, 0)
-        else:
-            features = self.features(x)
-        if self.normalize_features:
-            features = nn.functional.normalize(features, dim=-1)
-        return features
-
-    def route(self, x: Tensor, task_labels: Optional[Tensor] = None) -> Tensor:
-        """The expert index for each sample: its nearest prototype's, or its task's (oracle)."""
-        if self.routing != "oracle":
-            return self.router(self.routing_features(x))
-        if task_labels is None:
-            raise ValueError("routing='oracle' needs task_labels, one per sample")
-        task_labels = torch.as_tensor(task_labels, device=x.device).expand(x.shape[0])
-        return self.experts_of_tasks(task_labels)
-
-    def forward(self, x: Tensor, task_labels: Optional[Tensor] = None) -> Tensor:
-        """Global-class logits.
-
-        Args:
-            x: images (batch, channels, height, width) the backbone accepts.
-            task_labels: one per sample; only oracle routing reads them.
-        """
-        if not self.num_experts:
-            raise RuntimeError("the model has no expert yet: train on an experience before evaluating")
-        if self.training:
-            return self.predict(x, self.num_experts - 1)
-        if self.eval_cache is not None and not torch.is_grad_enabled():
-            return self.eval_cache.forward(self, x, task_labels)
-        experts = self.route(x, task_labels)
-        self.last_experts = experts.detach()
-        return self.predict(x, experts)
-
-    def predict(self, x: Tensor, experts: Union[int, Tensor]) -> Tensor:
-        """Logits of the given experts: one index for the batch, or one per sample.
-
-        A mixed batch is sorted by expert, so that each layer runs one matmul per
-        expert on a contiguous run of samples, and put back in order at the end.
-        """
-        if isinstance(experts, Tensor) and experts.numel() and bool((experts == experts[0]).all()):
-            experts = int(experts[0])  # one expert: no sorting needed
-        if isinstance(experts, int):
-            segments = [(experts, slice(None))]
-            return self._logits(self.features(x, experts), segments)
-        order = experts.argsort(stable=True)
-        segments = segments_of(experts[order])
-        sorted_logits = self._logits(self.features(x[order], segments), segments)
-        logits = torch.empty_like(sorted_logits)
-        logits[order] = sorted_logits
-        return logits
-
-    def _logits(self, features: Tensor, segments: Segments) -> Tensor:
-        """Global-class logits: each run's head on its classes, -inf elsewhere."""
-        logits = features.new_full((features.shape[0], self.num_classes), float("-inf"))
-        for expert, run in segments:
-            head = self.heads[expert]
-            logits[run, head.classes] = head(features[run])
-        return logits
-
-    # ------------------------------------------------------------------ modes and state
-
-    def train(self, mode: bool = True) -> "ExpertViT":
-        super().train(mode)
-        self.backbone.eval()  # frozen parts never see dropout or drop-path noise
-        return self
-
-    def experts_state_dict(self) -> dict[str, Tensor]:
-        """The learned state (experts, heads, prototypes, class maps), without the backbone."""
-        return {k: v for k, v in self.state_dict().items() if not self._is_backbone_weight(k)}
-
-    def load_experts_state_dict(self, state: dict[str, Tensor]) -> None:
-        """Load what :meth:`experts_state_dict` gave; the backbone stays as it is."""
-        result = self.load_state_dict(state, strict=False)
-        missing = [k for k in result.missing_keys if not self._is_backbone_weight(k)]
-        if missing or result.unexpected_keys:
-            raise ValueError(
-                f"state does not fit this model: missing {missing}, unexpected {result.unexpected_keys}"
-            )
+    # ------------------------------------------------------------------ state
 
     def _is_backbone_weight(self, key: str) -> bool:
         return key.startswith("backbone.") and ".experts." not in key
 
-    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
-        # Grow to the stored number of experts first; the children then load into them.
-        stored = [k for k in state_dict if k.startswith(prefix + "heads.") and k.endswith(".classes")]
+    def _check_stored_experts(self, state_dict: dict[str, Any], prefix: str) -> None:
         a_key = prefix + "backbone.blocks.0.attn.qkv.experts.0.A"
         if a_key in state_dict and state_dict[a_key].shape[1] != self.rank:
             raise ValueError(
                 f"state has LoRA rank {state_dict[a_key].shape[1]}, this model has rank {self.rank}"
             )
-        for index in range(self.num_experts, len(stored)):
-            self.add_expert(state_dict[f"{prefix}heads.{index}.classes"].tolist())
-        for name in ("expert_experiences", "expert_tasks"):
-            if prefix + name in state_dict:
-                setattr(self, name, torch.empty_like(state_dict[prefix + name], device=getattr(self, name).device))
-        super()._load_from_state_dict(state_dict, prefix, *args)
 
 
 def check_vit(model: nn.Module) -> None:
     """Refuse anything but a timm VisionTransformer with fused qkv projections."""
-    if not isinstance(model, VisionTransformer):
-        raise TypeError(
-            f"model must be a timm VisionTransformer (e.g. timm.create_model('vit_base_patch16_224')), "
-            f"got {type(model).__name__}"
-        )
+    check_vision_transformer(model)
     for index, block in enumerate(model.blocks):
         qkv = getattr(getattr(block, "attn", None), "qkv", None)
         if not isinstance(qkv, (nn.Linear, QKVExperts)):
@@ -331,18 +129,3 @@ def check_vit(model: nn.Module) -> None:
             )
         if isinstance(qkv, QKVExperts):
             raise ValueError("model already carries LoRA experts: pass the plain timm ViT")
-
-
-def check_images(vit: VisionTransformer, x: Tensor) -> None:
-    """Refuse a batch the ViT's patch embedding cannot take, naming what it expects."""
-    embed = vit.patch_embed
-    channels = embed.proj.in_channels
-    expected = f"(batch, {channels}, {embed.img_size[0]}, {embed.img_size[1]})"
-    if x.dim() != 4 or x.shape[1] != channels:
-        raise ValueError(f"images must have shape {expected}, got {tuple(x.shape)}")
-    size = tuple(x.shape[-2:])
-    if getattr(embed, "strict_img_size", True) and size != tuple(embed.img_size):
-        raise ValueError(f"images must have shape {expected}, got {tuple(x.shape)}")
-    patch = tuple(embed.patch_size)
-    if not getattr(embed, "dynamic_img_pad", False) and (size[0] % patch[0] or size[1] % patch[1]):
-        raise ValueError(f"image height and width must be multiples of the patch size {patch}, got {size}")

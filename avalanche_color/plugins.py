@@ -1,6 +1,7 @@
 """Avalanche plugins: LoRA-expert injection and prototype fitting.
 
-Each plugin is a thin wrapper: the method lives in :class:`ExpertViT` and
+Each plugin is a thin wrapper: the method lives in :class:`ExpertViT` (or any
+:class:`~avalanche_color.experts.RoutedExpertViT`, such as S-Prompts' model) and
 :mod:`avalanche_color.prototypes`; the plugins only say *when* it runs.
 """
 
@@ -12,6 +13,7 @@ import torch
 from avalanche.core import SupervisedPlugin
 from torch.utils.data import DataLoader
 
+from avalanche_color.experts import RoutedExpertViT
 from avalanche_color.model import ExpertViT, Routing
 from avalanche_color.prototypes import Distance, fit_prototypes
 from avalanche_color.validation import check_choice, check_positive_int
@@ -56,7 +58,8 @@ class PrototypeRouterPlugin(SupervisedPlugin):
 
     The features (frozen backbone's, or with the first expert for CoLoR++) of
     the experience's training data are clustered by k-means; the centres go to
-    the model's router, so they are part of its ``state_dict``.
+    the model's router, so they are part of its ``state_dict``. Works for every
+    routed expert model (CoLoR's LoRA experts, S-Prompts' prompt experts).
 
     Args:
         k: prototypes per experience (the paper: 5 domain-, 20 class-incremental).
@@ -101,8 +104,11 @@ class PrototypeRouterPlugin(SupervisedPlugin):
     @torch.no_grad()
     def after_training_exp(self, strategy: "SupervisedTemplate", **kwargs) -> None:
         model = strategy.model
-        if not isinstance(model, ExpertViT):
-            raise TypeError(f"PrototypeRouterPlugin needs an ExpertViT model, got {type(model).__name__}")
+        if not isinstance(model, RoutedExpertViT):
+            raise TypeError(
+                f"PrototypeRouterPlugin needs a RoutedExpertViT model (ExpertViT, PromptExpertViT), "
+                f"got {type(model).__name__}"
+            )
         experience_id = strategy.experience.current_experience
         expert = int((model.expert_experiences == experience_id).nonzero()[0])
         dataset = strategy.experience.dataset

@@ -8,13 +8,23 @@ Writes under ``benchmarks/results/<name>/`` (``<name>`` defaults to the benchmar
 ``results.json`` (config and every run: accuracy matrix, average accuracy, forgetting,
 routing accuracy, trainable parameters, wall and CPU time), ``runs.csv``,
 ``accuracy_matrices.csv``, ``summary.md`` (mean ± std over seeds, with the command) and
-``accuracy.png``; Avalanche's text, CSV and Tensorboard logs under ``logs/``; and, with
+``accuracy.png``; Avalanche's text, CSV and Tensorboard logs under ``logs/``; a checkpoint per
+CoLoR-family run under ``checkpoints/`` (after every experience, and every ``--checkpoint-epochs``
+epochs) and every finished run's record under ``runs/``; and, with
 ``--wandb-project``, one W&B run per (method, seed) grouped by benchmark (``WANDB_MODE=offline``
 works without network; the W&B files go under ``<name>/wandb``).
 
 The CoLoR family (CoLoR, CoLoR++, CoLoR-oracle) runs for every seed in ``--seeds`` and every
-``--rank`` x ``--k`` (the ablations); the baselines, which cost far more, for ``--baseline-seeds``
-(default: the first seed).
+``--rank`` x ``--k`` (the ablations); the prompt methods (S-Prompts, L2P), which also train only a
+few parameters on the frozen backbone, for every seed (S-Prompts also for every ``--k``); the
+baselines, which cost far more, for ``--baseline-seeds`` (default: the first seed).
+
+``--resume`` continues an interrupted comparison in the same folder: finished runs are read back
+from ``runs/``, a CoLoR-family run continues from its checkpoint (the accuracy matrix so far comes
+back with it, so the results equal an uninterrupted comparison's), a baseline run starts over. Give the same
+arguments as the interrupted command; a resumed run's wall and CPU seconds count its resumed part.
+
+    python -m benchmarks.compare --benchmark pacs --resume
 """
 
 from __future__ import annotations
@@ -38,8 +48,10 @@ from timm.models.vision_transformer import VisionTransformer
 from tqdm import tqdm
 
 from benchmarks.backbones import data_config, load_backbone, with_head
-from benchmarks.methods import (COLOR_ROUTING, METHODS, Budget, Hyperparameters, build_strategy,
-                                needs_task_labels, trainable_parameters_per_experience)
+from benchmarks.methods import (COLOR_ROUTING, FROZEN_BACKBONE, METHODS, PROTOTYPE_ROUTED, Budget, Hyperparameters,
+                                build_strategy, needs_task_labels, trainable_parameters_per_experience)
+from avalanche_color import train_stream
+from avalanche_color.checkpoint import write_atomically
 from benchmarks.registry import BENCHMARKS, BenchmarkSpec, benchmark_spec
 from benchmarks.reporting import forgetting, markdown_table, plot_accuracy, summary_rows, weighted_mean, write_csv
 
@@ -70,6 +82,8 @@ class ComparisonConfig:
     loggers: tuple[str, ...] = LOGGERS
     wandb_project: Optional[str] = None
     wandb_entity: Optional[str] = None
+    resume: bool = False
+    checkpoint_epochs: Optional[int] = None
     command: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -84,6 +98,8 @@ class ComparisonConfig:
         for name in ("seeds", "ranks", "methods"):
             if not getattr(self, name):
                 raise ValueError(f"{name} must not be empty")
+        if self.checkpoint_epochs is not None and self.checkpoint_epochs < 1:
+            raise ValueError(f"checkpoint_epochs must be a positive integer, got {self.checkpoint_epochs}")
         for name, values in (("ranks", self.ranks), ("ks", self.ks or ()),
                              ("epochs", (self.epochs,)), ("batch_size", (self.batch_size,))):
             if any(v < 1 for v in values):
@@ -137,6 +153,11 @@ def _plan(config: ComparisonConfig, spec: BenchmarkSpec) -> list[tuple[str, str,
                 for k in ks:
                     label = f"{method} r={rank} k={k}" if ablating else method
                     plan += [(method, label, seed, rank, k) for seed in config.seeds]
+        elif method in FROZEN_BACKBONE:  # the prompt methods: no rank; only S-Prompts has a k
+            method_ks = ks if method in PROTOTYPE_ROUTED else ks[:1]
+            for k in method_ks:
+                label = f"{method} k={k}" if len(method_ks) > 1 else method
+                plan += [(method, label, seed, config.ranks[0], k) for seed in config.seeds]
         else:
             plan += [(method, method, seed, config.ranks[0], ks[0]) for seed in config.baseline_seeds or config.seeds[:1]]
     return plan
@@ -161,10 +182,13 @@ def _build_stream(spec: BenchmarkSpec, config: ComparisonConfig, backbone: Visio
 def _run(method: str, label: str, seed: int, rank: int, k: int, benchmark, spec: BenchmarkSpec,
          backbone: VisionTransformer, budget: Budget, hp: Hyperparameters, config: ComparisonConfig,
          out: Path) -> dict[str, Any]:
-    RNGManager.set_random_seeds(seed)
     name = f"{_slug(label)}_seed{seed}"
+    record = out / "runs" / f"{name}.json"
+    if config.resume and record.exists():  # finished before the interruption
+        return json.loads(record.read_text())
+    RNGManager.set_random_seeds(seed)
     with ExitStack() as stack:
-        loggers = _avalanche_loggers(config.loggers, out / "logs" / name, stack)
+        loggers = _avalanche_loggers(config.loggers, out / "logs" / name, stack, append=config.resume)
         wandb_logger = _wandb_logger(config, label, method, seed, rank, k, out)
         if wandb_logger is not None:
             loggers.append(stack.enter_context(wandb_logger))  # finished even if training fails
@@ -172,22 +196,22 @@ def _run(method: str, label: str, seed: int, rank: int, k: int, benchmark, spec:
                                   spec.num_classes, budget, hp, loggers)
         count = len(benchmark.train_stream)
         test_sizes = [len(experience.dataset) for experience in benchmark.test_stream]
-        matrix = []
         wall, cpu = time.perf_counter(), time.process_time()
-        for trained, experience in enumerate(benchmark.train_stream):
-            strategy.train(experience)
-            # Experiences seen so far only: oracle routing has no expert for a future task, and
-            # after the last experience this is the whole test stream for every method.
-            metrics = strategy.eval(benchmark.test_stream[: trained + 1])
-            matrix.append(_per_experience(metrics, "Top1_Acc_Exp", count))
+        # After each experience, evaluated on the experiences seen so far: oracle routing has no
+        # expert for a future task, and after the last one this is the whole test stream.
+        checkpoint = out / "checkpoints" / f"{name}.ckpt" if method in COLOR_ROUTING else None
+        records = train_stream(strategy, benchmark, checkpoint=checkpoint, resume=config.resume,
+                               every_n_epochs=config.checkpoint_epochs if checkpoint else None)
+        matrix = [_per_experience(metrics, "Top1_Acc_Exp", count) for metrics in records]
+        metrics = records[-1]
         run = {
             "label": label, "method": method, "seed": seed,
-            "rank": rank if method in COLOR_ROUTING else None, "k": k if method in COLOR_ROUTING else None,
+            "rank": rank if method in COLOR_ROUTING else None, "k": k if method in PROTOTYPE_ROUTED else None,
             "accuracy_matrix": matrix,
             "average_accuracy": weighted_mean(matrix[-1], test_sizes),
             "forgetting": forgetting(matrix),
             "routing_accuracy": (weighted_mean(_per_experience(metrics, "RoutingAcc_Exp", count), test_sizes)
-                                 if method in COLOR_ROUTING else None),
+                                 if method in PROTOTYPE_ROUTED else None),
             "trainable_parameters_per_experience": trainable_parameters_per_experience(strategy),
             "wall_seconds": time.perf_counter() - wall,
             "cpu_seconds": time.process_time() - cpu,
@@ -195,6 +219,7 @@ def _run(method: str, label: str, seed: int, rank: int, k: int, benchmark, spec:
         if wandb_logger is not None:
             wandb_logger.run.summary.update({key: value for key, value in run.items()
                                              if isinstance(value, (int, float))})
+    write_atomically(record, (json.dumps(run, indent=2) + "\n").encode())
     return run
 
 
@@ -208,11 +233,11 @@ def _per_experience(metrics: dict[str, float], metric: str, count: int) -> list[
     return row
 
 
-def _avalanche_loggers(names: tuple[str, ...], folder: Path, stack: ExitStack) -> list:
+def _avalanche_loggers(names: tuple[str, ...], folder: Path, stack: ExitStack, append: bool = False) -> list:
     folder.mkdir(parents=True, exist_ok=True)
     loggers: list = []
     if "text" in names:
-        loggers.append(TextLogger(stack.enter_context(open(folder / "log.txt", "w"))))
+        loggers.append(TextLogger(stack.enter_context(open(folder / "log.txt", "a" if append else "w"))))
     if "csv" in names:
         loggers.append(CSVLogger(log_folder=str(folder / "csv")))
     if "tensorboard" in names:
@@ -273,6 +298,10 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     parser.add_argument("--loggers", nargs="*", default=list(LOGGERS), choices=LOGGERS)
     parser.add_argument("--wandb-project", help="log every run to this W&B project")
     parser.add_argument("--wandb-entity")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue an interrupted comparison in the same folder from its checkpoints")
+    parser.add_argument("--checkpoint-epochs", type=int,
+                        help="also checkpoint CoLoR runs every this many epochs (default: after each experience)")
     args = parser.parse_args(argv)
     command = "python -m benchmarks.compare " + shlex.join(sys.argv[1:] if argv is None else argv)
     config = ComparisonConfig(
@@ -282,7 +311,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         ks=tuple(args.k) if args.k else None, color_lr=args.color_lr, baseline_lr=args.baseline_lr,
         train_per_class=args.train_per_class, device=args.device,
         out=RESULTS / args.name if args.name else None, loggers=tuple(args.loggers),
-        wandb_project=args.wandb_project, wandb_entity=args.wandb_entity, command=command)
+        wandb_project=args.wandb_project, wandb_entity=args.wandb_entity, resume=args.resume,
+        checkpoint_epochs=args.checkpoint_epochs, command=command)
     result = run_comparison(config)
     print(f"\n{result['table']}\n\nwritten to {config.out or RESULTS / config.benchmark}")
     return result

@@ -13,12 +13,18 @@ from avalanche.training.plugins import EvaluationPlugin
 from avalanche.training.templates import SupervisedTemplate
 from torch import nn
 
-from avalanche_color import CoLoR, routing_accuracy_metrics
+from avalanche_color import L2P, CoLoR, RoutedExpertViT, SPrompts, routing_accuracy_metrics
 
 # CoLoR's routing per method name; "CoLoR-oracle" needs a stream with task label = experience.
 COLOR_ROUTING = {"CoLoR": "backbone", "CoLoR++": "first_expert", "CoLoR-oracle": "oracle"}
+# The prompt-tuning peers of the paper: S-Prompts routes like CoLoR (k prototypes), L2P picks prompts from a pool.
+PROMPT_METHODS = ("S-Prompts", "L2P")
+# Methods with a prototype router: they take k and report routing accuracy.
+PROTOTYPE_ROUTED = (*COLOR_ROUTING, "S-Prompts")
+# Methods that train a few parameters on a frozen backbone: cheap, so the runner gives them every seed.
+FROZEN_BACKBONE = (*COLOR_ROUTING, *PROMPT_METHODS)
 BASELINES = ("Naive", "EWC", "LwF", "Replay")
-METHODS = (*COLOR_ROUTING, *BASELINES)
+METHODS = (*COLOR_ROUTING, *PROMPT_METHODS, *BASELINES)
 
 
 @dataclass(frozen=True)
@@ -32,11 +38,20 @@ class Budget:
 
 @dataclass(frozen=True)
 class Hyperparameters:
-    """Per-method settings (the baselines fine-tune the whole ViT, so they take a smaller lr)."""
+    """Per-method settings (the baselines fine-tune the whole ViT, so they take a smaller lr).
+
+    S-Prompts trains with CoLoR's optimiser and lr (SGD, cosine), so the two differ only in
+    the expert; L2P with its paper's Adam and lr; both with their papers' prompt sizes.
+    """
 
     color_lr: float = 0.05
     color_rank: int = 16
     color_k: int = 10
+    s_prompts_length: int = 10
+    l2p_lr: float = 0.03
+    l2p_pool_size: int = 10
+    l2p_prompt_length: int = 5
+    l2p_top_n: int = 5
     baseline_lr: float = 0.01
     ewc_lambda: float = 100.0
     lwf_alpha: float = 1.0
@@ -73,6 +88,11 @@ def build_strategy(
     if method in COLOR_ROUTING:
         return CoLoR(backbone(0), rank=hp.color_rank, k=hp.color_k, lr=hp.color_lr,
                      routing=COLOR_ROUTING[method], **common)
+    if method == "S-Prompts":
+        return SPrompts(backbone(0), prompt_length=hp.s_prompts_length, k=hp.color_k, lr=hp.color_lr, **common)
+    if method == "L2P":
+        return L2P(backbone(0), pool_size=hp.l2p_pool_size, prompt_length=hp.l2p_prompt_length,
+                   top_n=hp.l2p_top_n, lr=hp.l2p_lr, **common)
     model = backbone(num_classes)
     baseline = dict(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=hp.baseline_lr, momentum=0.9),
                     criterion=nn.CrossEntropyLoss(), **common)
@@ -86,7 +106,16 @@ def build_strategy(
 
 
 def trainable_parameters_per_experience(strategy: SupervisedTemplate) -> int:
-    """What one experience trains: CoLoR's expert (LoRA + head), or the whole model for the baselines."""
-    if isinstance(strategy, CoLoR):
-        return sum(p.numel() for p in strategy.model.expert_parameters(0))
-    return sum(p.numel() for p in strategy.model.parameters())
+    """What one experience trains.
+
+    CoLoR and S-Prompts: one expert (LoRA + head, or prompt tokens + head; the first
+    experience's, as the paper counts). L2P: everything it trains, the pool's keys and
+    prompts and the head over all classes seen; all of it is shared by every experience
+    (L2P adds nothing per experience but head rows for new classes). Baselines: the whole model.
+    """
+    model = strategy.model
+    if isinstance(model, RoutedExpertViT):
+        return sum(p.numel() for p in model.expert_parameters(0))
+    if isinstance(strategy, L2P):
+        return sum(p.numel() for p in model.trainable_parameters())
+    return sum(p.numel() for p in model.parameters())
