@@ -22,3 +22,12 @@ def tiny_backbone(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("backbone") / "tiny_vit.pt"
     save_backbone(model, path, architecture="vit_tiny_patch16_224", model_kwargs=TINY_VIT)
     return str(path)
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models run fastest on one thread (and the machine may be busy)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

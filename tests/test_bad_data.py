@@ -19,12 +19,7 @@ from helpers import tiny_color
 from streams import IMAGE_SIZE, class_stream, tiny_vit
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def learned(**options):

@@ -21,13 +21,7 @@ from streams import class_stream, tiny_vit
 TESTS = Path(__file__).parent
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread (and the machine may be busy)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def trained_checkpoint(path: Path, experiences: int = 2, **options):
