@@ -13,7 +13,7 @@ main: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest tests
 
-# The README's benchmark tables (benchmarks/results/<name>/); about 40 CPU minutes on 2 cores.
+# The README's benchmark tables (benchmarks/results/<name>/); about 70 CPU minutes on 2 cores.
 BASELINE_METHODS := --methods CoLoR CoLoR++ CoLoR-oracle Naive EWC LwF Replay
 PROMPT_METHODS := --methods CoLoR S-Prompts L2P
 TINY := --benchmark split_tiny_imagenet --epochs 2 --train-per-class 100
