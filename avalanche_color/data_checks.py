@@ -103,7 +103,7 @@ def check_finite_loss(loss: Tensor, where: str) -> None:
         )
 
 
-class DataChecksPlugin(SupervisedPlugin):
+class DataChecksPlugin(SupervisedPlugin, supports_distributed=True):
     """Run the checks above at the right moments of an Avalanche strategy.
 
     CoLoR adds it first among its plugins, so an experience is refused before

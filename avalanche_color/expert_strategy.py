@@ -20,6 +20,7 @@ from torch import nn
 from torch.optim import SGD
 from torch.optim.lr_scheduler import CosineAnnealingLR
 
+from avalanche_color.distributed import eval_loader, gather_eval_batch, is_distributed, wrap_current_expert
 from avalanche_color.experts import RoutedExpertViT
 from avalanche_color.plugins import PROTOTYPE_DATA, PrototypeData, PrototypeRouterPlugin
 from avalanche_color.validation import check_choice, check_positive, check_positive_int
@@ -84,6 +85,8 @@ class RoutedExpertsTemplate(SupervisedTemplate):
         self.momentum = momentum
         self.weight_decay = weight_decay
         self.lr_scheduler: Optional[CosineAnnealingLR] = None
+        # Under torchrun: the model in DDP over the current expert, for training steps.
+        self.ddp_model: Optional[nn.Module] = None
         router = PrototypeRouterPlugin(k, seed=kmeans_seed, n_init=kmeans_n_init, data=prototype_data)
         super().__init__(
             model=model,
@@ -104,7 +107,25 @@ class RoutedExpertsTemplate(SupervisedTemplate):
         # The optimiser holds only the new expert, so it is built after the
         # model adaptation that creates it, once per experience.
         self.model = self.model_adaptation()
+        self.ddp_model = wrap_current_expert(self.model)
         self.make_optimizer(**kwargs)
+
+    def forward(self) -> Any:
+        if self.is_training and self.ddp_model is not None:
+            return self.ddp_model(self.mb_x, self.mb_task_id)
+        return super().forward()
+
+    def make_eval_dataloader(self, num_workers: int = 0, **kwargs: Any) -> None:
+        # Under torchrun each rank evaluates an unpadded shard (Avalanche's sampler pads).
+        if is_distributed():
+            self.dataloader = eval_loader(self.adapted_dataset, self.eval_mb_size, num_workers)
+        else:
+            super().make_eval_dataloader(num_workers=num_workers, **kwargs)
+
+    def _after_eval_forward(self, **kwargs: Any) -> None:
+        # First of all plugins: metrics then see the batches of all ranks.
+        gather_eval_batch(self)
+        super()._after_eval_forward(**kwargs)
 
     def make_optimizer(self, **kwargs: Any) -> None:
         """A fresh SGD over the current expert only, with a cosine schedule over the experience."""

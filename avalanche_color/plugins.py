@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING, Literal, Optional, get_args
 
 import torch
 from avalanche.core import SupervisedPlugin
-from torch.utils.data import DataLoader
+from avalanche.distributed import DistributedHelper
+from torch.utils.data import DataLoader, Subset
 
+from avalanche_color.distributed import is_distributed, shard, shared_prototypes
 from avalanche_color.experts import RoutedExpertViT
 from avalanche_color.model import ExpertViT, Routing
 from avalanche_color.prototypes import Distance, fit_prototypes
@@ -53,7 +55,7 @@ class LoRAExpertsPlugin(SupervisedPlugin):
             strategy.model = ExpertViT(strategy.model, **self.options).to(strategy.device)
 
 
-class PrototypeRouterPlugin(SupervisedPlugin):
+class PrototypeRouterPlugin(SupervisedPlugin, supports_distributed=True):
     """Fit each experience's prototypes after training on it.
 
     The features (frozen backbone's, or with the first expert for CoLoR++) of
@@ -116,11 +118,14 @@ class PrototypeRouterPlugin(SupervisedPlugin):
         batch_size = self.batch_size or strategy.eval_mb_size or strategy.train_mb_size
         was_training = model.training
         model.eval()
+        if is_distributed():  # each rank embeds its contiguous shard; the features are gathered
+            dataset = Subset(dataset, shard(len(dataset), DistributedHelper.rank, DistributedHelper.world_size))
         features = [
             model.routing_features(batch[0].to(strategy.device))
             for batch in DataLoader(dataset, batch_size=batch_size, shuffle=False)
         ]
         model.train(was_training)
-        centres = fit_prototypes(torch.cat(features), self.k, seed=self.seed, n_init=self.n_init)
+        local = torch.cat(features) if features else torch.empty(0, model.num_features, device=strategy.device)
+        centres = shared_prototypes(local, lambda f: fit_prototypes(f, self.k, seed=self.seed, n_init=self.n_init))
         model.router.set_prototypes(expert, centres)
 

@@ -1,0 +1,114 @@
+"""CoLoR on several processes: torchrun + DistributedDataParallel + Avalanche's ``DistributedHelper``.
+
+Launch with ``torchrun --nproc_per_node=N`` and call
+``DistributedHelper.init_distributed(seed, backend=...)`` (gloo on CPU, NCCL on
+GPUs) before building the strategy; without it everything here is a no-op and
+single-process runs are unchanged. What each part does:
+
+* training: Avalanche's loader already gives each rank a ``DistributedSampler``
+  shard; :func:`wrap_current_expert` wraps the model in DDP once the
+  experience's expert exists, with every frozen weight and buffer ignored, so
+  DDP syncs and all-reduces only the current expert (no
+  ``find_unused_parameters``).
+* prototypes: :func:`gather_features` concatenates every rank's features in
+  rank order (the single-process order, as the shards are contiguous) and
+  :func:`shared_prototypes` fits k-means once, on rank 0, and broadcasts the
+  centres, so every rank holds the same prototypes.
+* evaluation: :func:`eval_loader` gives each rank a contiguous, unpadded shard
+  in the same number of batches on every rank, and :func:`gather_eval_batch`
+  replaces each batch's outputs, labels, task labels and routed experts with
+  those of all ranks. Every metric (accuracy, loss, routing accuracy, ...) then
+  sees the whole test stream exactly once, on every rank; Avalanche's own
+  loggers write on rank 0 only.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+import torch
+from avalanche.benchmarks.utils.data_loader import collate_from_data_or_kwargs
+from avalanche.distributed import DistributedHelper
+from torch import Tensor, nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader
+
+if TYPE_CHECKING:
+    from avalanche.training.templates import SupervisedTemplate
+
+
+def is_distributed() -> bool:
+    """Whether this process is one of several (``DistributedHelper.init_distributed`` was called under torchrun)."""
+    return bool(DistributedHelper.is_distributed)
+
+
+def shard(num_samples: int, rank: int, world_size: int) -> range:
+    """This rank's contiguous part of ``range(num_samples)``; sizes differ by at most one."""
+    base, extra = divmod(num_samples, world_size)
+    start = rank * base + min(rank, extra)
+    return range(start, start + base + (rank < extra))
+
+
+def eval_batches(num_samples: int, batch_size: int, rank: int, world_size: int) -> list[list[int]]:
+    """This rank's shard split into as many batches as every other rank's (about ``batch_size`` each).
+
+    Equal batch counts keep the per-batch gathers of all ranks in step.
+    """
+    if num_samples < world_size:
+        raise ValueError(
+            f"an evaluation experience needs at least one sample per rank: {num_samples} samples, "
+            f"{world_size} ranks"
+        )
+    count = math.ceil(math.ceil(num_samples / world_size) / batch_size)
+    indices = torch.tensor(shard(num_samples, rank, world_size))
+    count = min(count, num_samples // world_size)  # no empty batch on any rank
+    return [chunk.tolist() for chunk in indices.tensor_split(count)]
+
+
+def eval_loader(dataset: Any, batch_size: int, num_workers: int = 0) -> DataLoader:
+    """A loader over this rank's evaluation shard (see :func:`eval_batches`)."""
+    options: dict[str, Any] = {}
+    collate_from_data_or_kwargs(dataset, options)
+    batches = eval_batches(len(dataset), batch_size, DistributedHelper.rank, DistributedHelper.world_size)
+    return DataLoader(dataset, batch_sampler=batches, num_workers=num_workers, **options)
+
+
+def wrap_current_expert(model: nn.Module) -> Optional[DistributedDataParallel]:
+    """``model`` in DDP over its trainable parameters only (the current expert); None if not distributed."""
+    if not is_distributed():
+        return None
+    frozen = [name for name, p in model.named_parameters() if not p.requires_grad]
+    frozen += [name for name, _ in model.named_buffers()]
+    # Frozen weights and buffers (prototypes, class maps) are neither broadcast nor reduced.
+    DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, frozen)
+    device = next(model.parameters()).device
+    return DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
+
+
+def gather_features(features: Tensor) -> Tensor:
+    """Every rank's rows, concatenated in rank order (``features`` itself when not distributed)."""
+    return DistributedHelper.cat_all(features) if is_distributed() else features
+
+
+def shared_prototypes(features: Tensor, fit: Callable[[Tensor], Tensor]) -> Tensor:
+    """``fit`` run once, on rank 0, over all ranks' ``features``; the result broadcast to every rank."""
+    features = gather_features(features)
+    if not is_distributed():
+        return fit(features)
+    centres = fit(features) if DistributedHelper.is_main_process else None
+    return DistributedHelper.broadcast_object(centres).to(features.device)
+
+
+@torch.no_grad()
+def gather_eval_batch(strategy: "SupervisedTemplate") -> None:
+    """Replace the batch's outputs, labels, task labels and routed experts with those of all ranks."""
+    if not is_distributed():
+        return
+    local = len(strategy.mb_output)
+    strategy.mb_output = DistributedHelper.cat_all(strategy.mb_output)
+    for index in range(1, len(strategy.mbatch)):  # mbatch[0] (the images) stays local
+        strategy.mbatch[index] = DistributedHelper.cat_all(strategy.mbatch[index])
+    routed = getattr(strategy.model, "last_experts", None)
+    if routed is not None and len(routed) == local:
+        strategy.model.last_experts = DistributedHelper.cat_all(routed)

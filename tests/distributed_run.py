@@ -1,0 +1,53 @@
+"""One rank of the 2-process CoLoR test (launched by torchrun from test_distributed.py).
+
+Usage: torchrun --standalone --nproc_per_node=N tests/distributed_run.py OUT_DIR TRAIN_MB_SIZE
+Writes OUT_DIR/rank{RANK}.pt: prototypes, stream accuracy and the labels each
+evaluation experience's metrics saw.
+"""
+
+import sys
+from pathlib import Path
+
+import torch
+
+torch.set_num_threads(1)
+
+from avalanche.core import SupervisedPlugin  # noqa: E402
+from avalanche.distributed import DistributedHelper  # noqa: E402
+
+from helpers import UNSATURATED, stream_metric, tiny_color, train_all  # noqa: E402
+from streams import class_stream  # noqa: E402
+
+
+class SeenLabels(SupervisedPlugin, supports_distributed=True):
+    """The labels of every evaluation batch, as the metrics see them, per experience."""
+
+    def __init__(self):
+        super().__init__()
+        self.labels: dict[int, list[torch.Tensor]] = {}
+
+    def after_eval_iteration(self, strategy, **kwargs):
+        self.labels.setdefault(strategy.experience.current_experience, []).append(strategy.mb_y.cpu())
+
+
+def main(out: Path, train_mb_size: int) -> None:
+    DistributedHelper.init_distributed(0, backend="gloo", use_cuda=False)
+    seen = SeenLabels()
+    strategy = tiny_color(train_mb_size=train_mb_size, plugins=[seen], **UNSATURATED)
+    results = train_all(strategy, class_stream())
+    torch.save(
+        {
+            "world_size": DistributedHelper.world_size,
+            "prototypes": strategy.model.router.prototypes.cpu(),
+            "owners": strategy.model.router.owners.cpu(),
+            "accuracy": stream_metric(results, "Top1_Acc"),
+            "routing_accuracy": stream_metric(results, "RoutingAcc"),
+            "seen_labels": {exp: torch.cat(batches) for exp, batches in seen.labels.items()},
+        },
+        out / f"rank{DistributedHelper.rank}.pt",
+    )
+    torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), int(sys.argv[2]))

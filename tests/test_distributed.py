@@ -1,0 +1,123 @@
+"""CoLoR under torchrun: 2 CPU processes (gloo) against a single-process run on the same data."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from avalanche_color.distributed import eval_batches, shard
+from helpers import UNSATURATED, stream_metric, tiny_color, train_all
+from streams import class_stream
+
+TESTS = Path(__file__).parent
+PER_RANK_BATCH = 8
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory) -> list[dict]:
+    """What each of 2 gloo ranks ended with after training and evaluating tiny CoLoR on class_stream."""
+    out = tmp_path_factory.mktemp("distributed")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), os.environ.get("PYTHONPATH", "")]),
+           "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+               str(TESTS / "distributed_run.py"), str(out), str(PER_RANK_BATCH)]
+    run = subprocess.run(command, cwd=TESTS, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-4000:]
+    return [torch.load(out / f"rank{rank}.pt") for rank in range(2)]
+
+
+@pytest.fixture(scope="module")
+def one_process() -> tuple:
+    """The same run in one process, with the 2 ranks' combined batch size."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        strategy = tiny_color(train_mb_size=2 * PER_RANK_BATCH, **UNSATURATED)
+        results = train_all(strategy, class_stream())
+    finally:
+        torch.set_num_threads(threads)
+    return strategy, results
+
+
+def test_both_ranks_hold_identical_prototypes_equal_to_a_single_process_run(two_ranks, one_process):
+    first, second = two_ranks
+    assert first["world_size"] == second["world_size"] == 2
+    assert torch.equal(first["prototypes"], second["prototypes"])
+    assert torch.equal(first["owners"], second["owners"])
+    # Backbone routing: the prototypes come from the frozen ViT, so sharding must not change them.
+    router = one_process[0].model.router
+    assert torch.equal(first["owners"], router.owners)
+    torch.testing.assert_close(first["prototypes"], router.prototypes, atol=1e-5, rtol=1e-5)
+
+
+def test_final_accuracy_matches_a_single_process_run(two_ranks, one_process):
+    single = stream_metric(one_process[1], "Top1_Acc")
+    assert 0.4 < single < 0.9  # neither saturated nor chance (0.25): the comparison can fail
+    for rank in two_ranks:
+        assert rank["accuracy"] == two_ranks[0]["accuracy"]  # reduced: the same on every rank
+        assert abs(rank["accuracy"] - single) <= 0.05, (rank["accuracy"], single)
+        assert rank["routing_accuracy"] == pytest.approx(stream_metric(one_process[1], "RoutingAcc"), abs=1e-6)
+
+
+def test_metrics_count_every_test_sample_exactly_once(two_ranks):
+    test_stream = class_stream().test_stream
+    for rank in two_ranks:
+        assert sorted(rank["seen_labels"]) == list(range(len(test_stream)))
+        for experience in test_stream:
+            expected = torch.as_tensor(experience.dataset.targets)
+            # Contiguous shards gathered in rank order: the whole experience, in order, once.
+            assert torch.equal(rank["seen_labels"][experience.current_experience], expected)
+
+
+@pytest.mark.parametrize("num_samples, batch_size, world_size", [(40, 64, 2), (129, 64, 2), (130, 64, 4), (7, 2, 3)])
+def test_evaluation_shards_cover_every_sample_once_in_equal_batch_counts(num_samples, batch_size, world_size):
+    per_rank = [eval_batches(num_samples, batch_size, rank, world_size) for rank in range(world_size)]
+    assert len({len(batches) for batches in per_rank}) == 1
+    assert all(batch for batches in per_rank for batch in batches)
+    assert [i for batches in per_rank for batch in batches for i in batch] == list(range(num_samples))
+    assert [len(shard(num_samples, r, world_size)) for r in range(world_size)] == [
+        len([i for b in per_rank[r] for i in b]) for r in range(world_size)]
+
+
+def test_evaluation_refuses_fewer_samples_than_ranks():
+    with pytest.raises(ValueError, match="at least one sample per rank"):
+        eval_batches(1, 64, 0, 2)
+
+
+def test_comparison_runner_under_torchrun_matches_a_single_process_run(tiny_backbone, tmp_path, one_thread):
+    from benchmarks.compare import ComparisonConfig, run_comparison
+
+    out = tmp_path / "two_ranks"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), os.environ.get("PYTHONPATH", "")]),
+           "OMP_NUM_THREADS": "1"}
+    # --batch-size is per process: 2 x 32 is the single-process run's 64.
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+               "-m", "benchmarks.compare", "--benchmark", "digits_class", "--methods", "CoLoR", "--epochs", "1",
+               "--batch-size", "32", "--backbone", tiny_backbone, "--rank", "2", "--name", str(out)]
+    run = subprocess.run(command, cwd=TESTS.parent, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert run.stdout.count("written to") == 1  # rank 0 alone reports
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["world_size"] == 2 and [r["label"] for r in saved["runs"]] == ["CoLoR"]
+    assert [p.name for p in (out / "runs").iterdir()] == ["CoLoR_seed0.json"]
+    assert (out / "logs" / "CoLoR_seed0" / "log.txt").exists()
+
+    single = run_comparison(ComparisonConfig(benchmark="digits_class", methods=("CoLoR",), epochs=1, batch_size=64,
+                                             backbone=tiny_backbone, out=tmp_path / "one", ranks=(2,), loggers=()),
+                            progress=False)["runs"][0]
+    distributed = saved["runs"][0]
+    assert abs(distributed["average_accuracy"] - single["average_accuracy"]) <= 0.05, (distributed, single)
+    assert distributed["trainable_parameters_per_experience"] == single["trainable_parameters_per_experience"]
+
+
+def test_comparison_runner_refuses_methods_without_distributed_support(monkeypatch, tmp_path):
+    from benchmarks import compare
+
+    monkeypatch.setattr(compare, "is_distributed", lambda: True)
+    config = compare.ComparisonConfig(benchmark="digits_class", methods=("CoLoR", "L2P", "Naive"), out=tmp_path)
+    with pytest.raises(ValueError, match=r"\['L2P', 'Naive'\] do not run under torchrun.*CoLoR"):
+        compare.run_comparison(config, progress=False)
