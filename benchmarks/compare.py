@@ -25,6 +25,11 @@ back with it, so the results equal an uninterrupted comparison's), a baseline ru
 arguments as the interrupted command; a resumed run's wall and CPU seconds count its resumed part.
 
     python -m benchmarks.compare --benchmark pacs --resume
+
+Under torchrun (``torchrun --nproc_per_node=N -m benchmarks.compare ...``) every run trains on N
+processes (NCCL on GPUs, gloo on CPU; see :mod:`avalanche_color.distributed`): ``--batch-size`` is
+then per process, only the methods in ``DISTRIBUTED_METHODS`` are allowed, ``--resume`` is not, and
+only rank 0 writes results, records, checkpoints and logs and shows progress.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import re
 import shlex
 import sys
@@ -42,6 +48,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import torch
+from avalanche.distributed import DistributedHelper
 from avalanche.logging import CSVLogger, TensorboardLogger, TextLogger
 from avalanche.training.determinism.rng_manager import RNGManager
 from timm.models.vision_transformer import VisionTransformer
@@ -52,11 +59,14 @@ from benchmarks.methods import (COLOR_ROUTING, FROZEN_BACKBONE, METHODS, PROTOTY
                                 build_strategy, needs_task_labels, trainable_parameters_per_experience)
 from avalanche_color import train_stream
 from avalanche_color.checkpoint import write_atomically
+from avalanche_color.distributed import is_distributed
 from benchmarks.registry import BENCHMARKS, BenchmarkSpec, benchmark_spec
 from benchmarks.reporting import forgetting, markdown_table, plot_accuracy, summary_rows, weighted_mean, write_csv
 
 RESULTS = Path(__file__).parent / "results"
 LOGGERS = ("text", "csv", "tensorboard")
+# The methods that train on several processes: those built on RoutedExpertsTemplate.
+DISTRIBUTED_METHODS = (*COLOR_ROUTING, "S-Prompts")
 PER_EXPERIENCE = re.compile(r"^(?P<metric>\w+)/eval_phase/test_stream/Task\d+/Exp(?P<experience>\d+)$")
 
 
@@ -109,9 +119,17 @@ class ComparisonConfig:
 def run_comparison(config: ComparisonConfig, progress: bool = True) -> dict[str, Any]:
     """Runs every (method, variant, seed) of ``config``, writes the results, and returns them."""
     spec = benchmark_spec(config.benchmark)
+    if is_distributed():
+        _check_distributed(config)
+    main_process = DistributedHelper.is_main_process  # True when not distributed
+    progress = progress and main_process
     out = config.out or RESULTS / config.benchmark
-    out.mkdir(parents=True, exist_ok=True)
-    device = config.device if config.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    if main_process:
+        out.mkdir(parents=True, exist_ok=True)
+    if is_distributed():  # each rank's own device (cuda:<rank> or cpu)
+        device = str(DistributedHelper.make_device())
+    else:
+        device = config.device if config.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     backbone = _backbone(config.backbone or spec.backbone)
     plan = _plan(config, spec)
     streams: dict[tuple[int, bool], Any] = {}
@@ -129,6 +147,11 @@ def run_comparison(config: ComparisonConfig, progress: bool = True) -> dict[str,
             bar.update()
 
     result = {"config": _jsonable(asdict(config)), "device": _device_name(device), "runs": runs}
+    if is_distributed():
+        result["world_size"] = DistributedHelper.world_size
+    if not main_process:  # every rank holds the same results; rank 0 writes them
+        result["table"] = markdown_table(summary_rows(runs))
+        return result
     (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
     write_csv(runs, out)
     table = markdown_table(summary_rows(runs))
@@ -140,6 +163,16 @@ def run_comparison(config: ComparisonConfig, progress: bool = True) -> dict[str,
     plot_accuracy(runs, out / "accuracy.png", title=f"{config.benchmark} ({spec.scenario})")
     result["table"] = table
     return result
+
+
+def _check_distributed(config: ComparisonConfig) -> None:
+    """Refuses what does not run on several processes."""
+    unsupported = [method for method in config.methods if method not in DISTRIBUTED_METHODS]
+    if unsupported:
+        raise ValueError(f"methods {unsupported} do not run under torchrun; "
+                         f"with several processes methods must be among {DISTRIBUTED_METHODS}")
+    if config.resume:
+        raise ValueError("resume is not supported under torchrun: run the interrupted comparison in one process")
 
 
 def _plan(config: ComparisonConfig, spec: BenchmarkSpec) -> list[tuple[str, str, int, int, int]]:
@@ -187,9 +220,12 @@ def _run(method: str, label: str, seed: int, rank: int, k: int, benchmark, spec:
     if config.resume and record.exists():  # finished before the interruption
         return json.loads(record.read_text())
     RNGManager.set_random_seeds(seed)
+    main_process = DistributedHelper.is_main_process  # True when not distributed
     with ExitStack() as stack:
-        loggers = _avalanche_loggers(config.loggers, out / "logs" / name, stack, append=config.resume)
-        wandb_logger = _wandb_logger(config, label, method, seed, rank, k, out)
+        # Under torchrun the metrics are gathered on every rank; rank 0 alone logs them.
+        loggers = (_avalanche_loggers(config.loggers, out / "logs" / name, stack, append=config.resume)
+                   if main_process else [])
+        wandb_logger = _wandb_logger(config, label, method, seed, rank, k, out) if main_process else None
         if wandb_logger is not None:
             loggers.append(stack.enter_context(wandb_logger))  # finished even if training fails
         strategy = build_strategy(method, lambda classes: with_head(copy.deepcopy(backbone), classes),
@@ -199,7 +235,7 @@ def _run(method: str, label: str, seed: int, rank: int, k: int, benchmark, spec:
         wall, cpu = time.perf_counter(), time.process_time()
         # After each experience, evaluated on the experiences seen so far: oracle routing has no
         # expert for a future task, and after the last one this is the whole test stream.
-        checkpoint = out / "checkpoints" / f"{name}.ckpt" if method in COLOR_ROUTING else None
+        checkpoint = out / "checkpoints" / f"{name}.ckpt" if method in COLOR_ROUTING and main_process else None
         records = train_stream(strategy, benchmark, checkpoint=checkpoint, resume=config.resume,
                                every_n_epochs=config.checkpoint_epochs if checkpoint else None)
         matrix = [_per_experience(metrics, "Top1_Acc_Exp", count) for metrics in records]
@@ -219,7 +255,8 @@ def _run(method: str, label: str, seed: int, rank: int, k: int, benchmark, spec:
         if wandb_logger is not None:
             wandb_logger.run.summary.update({key: value for key, value in run.items()
                                              if isinstance(value, (int, float))})
-    write_atomically(record, (json.dumps(run, indent=2) + "\n").encode())
+    if main_process:
+        write_atomically(record, (json.dumps(run, indent=2) + "\n").encode())
     return run
 
 
@@ -313,9 +350,23 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         out=RESULTS / args.name if args.name else None, loggers=tuple(args.loggers),
         wandb_project=args.wandb_project, wandb_entity=args.wandb_entity, resume=args.resume,
         checkpoint_epochs=args.checkpoint_epochs, command=command)
-    result = run_comparison(config)
-    print(f"\n{result['table']}\n\nwritten to {config.out or RESULTS / config.benchmark}")
+    if _launched_by_torchrun():
+        cuda = torch.cuda.is_available()
+        DistributedHelper.init_distributed(config.seeds[0], backend="nccl" if cuda else "gloo", use_cuda=cuda)
+    main_process = DistributedHelper.is_main_process  # read before the process group goes
+    try:
+        result = run_comparison(config, progress=main_process)
+    finally:
+        if is_distributed():
+            torch.distributed.destroy_process_group()
+    if main_process:
+        print(f"\n{result['table']}\n\nwritten to {config.out or RESULTS / config.benchmark}")
     return result
+
+
+def _launched_by_torchrun() -> bool:
+    """Whether torchrun started this process as one of several."""
+    return "LOCAL_RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
 if __name__ == "__main__":
