@@ -20,6 +20,7 @@ from torch import nn
 from torch.optim import SGD
 from torch.optim.lr_scheduler import CosineAnnealingLR
 
+from avalanche_color.data_checks import DataChecksPlugin
 from avalanche_color.distributed import eval_loader, gather_eval_batch, is_distributed, wrap_current_expert
 from avalanche_color.experts import RoutedExpertViT
 from avalanche_color.plugins import PROTOTYPE_DATA, PrototypeData, PrototypeRouterPlugin
@@ -40,6 +41,8 @@ class RoutedExpertsTemplate(SupervisedTemplate):
             ``"eval"`` transforms for the prototypes.
         cache_evaluation: reuse routing features and frozen experts' outputs
             across evaluations (exact).
+        check_data: scan each training experience for bad data before its
+            expert exists (see :mod:`avalanche_color.data_checks`).
         criterion: loss; a new ``CrossEntropyLoss`` by default.
         train_mb_size, train_epochs, eval_mb_size, device, plugins, evaluator,
         eval_every: as in Avalanche's ``SupervisedTemplate``; ``plugins`` is
@@ -60,6 +63,7 @@ class RoutedExpertsTemplate(SupervisedTemplate):
         kmeans_n_init: int,
         prototype_data: PrototypeData,
         cache_evaluation: bool,
+        check_data: bool,
         criterion: Optional[nn.Module],
         train_mb_size: int,
         train_epochs: int,
@@ -102,6 +106,8 @@ class RoutedExpertsTemplate(SupervisedTemplate):
             eval_every=eval_every,
             **base_kwargs,
         )
+        # First of all plugins: bad data is refused before anything acts on it.
+        self.plugins.insert(0, DataChecksPlugin(scan_experiences=check_data))
 
     def check_model_and_optimizer(self, **kwargs: Any) -> None:
         # The optimiser holds only the new expert, so it is built after the

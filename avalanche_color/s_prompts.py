@@ -43,7 +43,7 @@ class SPrompts(RoutedExpertsTemplate):
             first expert's prompts, as CoLoR++) or ``"oracle"`` (task labels).
         distance: ``"euclidean"`` (default), ``"l1"`` or ``"cosine"``.
         lr, momentum, weight_decay: SGD settings.
-        kmeans_seed, kmeans_n_init, prototype_data, cache_evaluation, criterion,
+        kmeans_seed, kmeans_n_init, prototype_data, cache_evaluation, check_data, criterion,
         train_mb_size, train_epochs, eval_mb_size, device, plugins, evaluator,
         eval_every: as in :class:`~avalanche_color.CoLoR`.
     """
@@ -65,6 +65,7 @@ class SPrompts(RoutedExpertsTemplate):
         kmeans_n_init: int = 10,
         prototype_data: PrototypeData = "train",
         cache_evaluation: bool = False,
+        check_data: bool = True,
         criterion: Optional[nn.Module] = None,
         train_mb_size: int = 128,
         train_epochs: int = 50,
@@ -86,6 +87,7 @@ class SPrompts(RoutedExpertsTemplate):
             kmeans_n_init=kmeans_n_init,
             prototype_data=prototype_data,
             cache_evaluation=cache_evaluation,
+            check_data=check_data,
             criterion=criterion,
             train_mb_size=train_mb_size,
             train_epochs=train_epochs,

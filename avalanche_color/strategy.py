@@ -11,7 +11,6 @@ from avalanche.training.plugins import EvaluationPlugin
 from avalanche.training.plugins.evaluation import default_evaluator
 from torch import nn
 
-from avalanche_color.data_checks import DataChecksPlugin
 from avalanche_color.expert_strategy import RoutedExpertsTemplate, expert_model
 from avalanche_color.model import ExpertViT, Routing
 from avalanche_color.plugins import PrototypeData
@@ -98,6 +97,7 @@ class CoLoR(RoutedExpertsTemplate):
             kmeans_n_init=kmeans_n_init,
             prototype_data=prototype_data,
             cache_evaluation=cache_evaluation,
+            check_data=check_data,
             criterion=criterion,
             train_mb_size=train_mb_size,
             train_epochs=train_epochs,
@@ -108,8 +108,6 @@ class CoLoR(RoutedExpertsTemplate):
             eval_every=eval_every,
             **base_kwargs,
         )
-        # First of all plugins: bad data is refused before anything acts on it.
-        self.plugins.insert(0, DataChecksPlugin(scan_experiences=check_data))
 
 
 # Avalanche wraps every strategy's __init__ to warn about positional arguments.

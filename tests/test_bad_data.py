@@ -15,7 +15,8 @@ import torch
 from avalanche.benchmarks import tensors_benchmark
 
 from avalanche_color.data_checks import _generators_untouched, check_training_experience
-from helpers import tiny_color
+from avalanche_color import SPrompts
+from helpers import quiet_evaluator, tiny_color
 from streams import IMAGE_SIZE, class_stream, tiny_vit
 
 
@@ -82,6 +83,20 @@ def test_images_of_the_wrong_size_or_channel_count_are_refused(shape, got):
                                          rf"got {got}"):
         strategy.train(experience)
     assert strategy.model.num_experts == 1 and first_expert_unchanged(strategy, before)
+
+
+def test_s_prompts_refuses_bad_data_as_colors_template_does():
+    strategy = SPrompts(tiny_vit(0), prompt_length=2, k=2, train_epochs=1, train_mb_size=8,
+                        evaluator=quiet_evaluator())
+    strategy.train(class_stream(num_experiences=1, per_class=10).train_stream[0])
+    before = {k: v.clone() for k, v in strategy.model.experts_state_dict().items()}
+    images = good_images()
+    images[6, 2, 3, 4] = float("nan")
+    with pytest.raises(ValueError, match=r"experience 1, sample 6: images must have finite pixels"):
+        strategy.train(second_experience(images, torch.tensor([2, 3] * 4)))
+    after = strategy.model.experts_state_dict()
+    assert strategy.model.num_experts == 1 and after.keys() == before.keys()
+    assert all(torch.equal(after[k], before[k]) for k in before)
 
 
 @pytest.mark.parametrize("value, counts", [(float("nan"), "1 NaN and 0 infinite"), (float("inf"), "0 NaN and 1 infinite")],
