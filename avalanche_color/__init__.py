@@ -1,34 +1,61 @@
-"""CoLoR (Continual Learning with Low Rank Adaptation) for Avalanche."""
+"""CoLoR (Continual Learning with Low Rank Adaptation) for Avalanche.
 
-from avalanche_color.checkpoint import CheckpointError, read_checkpoint
-from avalanche_color.data_checks import DataChecksPlugin
-from avalanche_color.experts import RoutedExpertViT
-from avalanche_color.expert_strategy import RoutedExpertsTemplate
-from avalanche_color.l2p import L2P, L2PViT
-from avalanche_color.lora import QKVExperts, QVLoRA
-from avalanche_color.metrics import RoutingAccuracy, routing_accuracy_metrics
-from avalanche_color.model import ExpertHead, ExpertViT
-from avalanche_color.plugins import LoRAExpertsPlugin, PrototypeRouterPlugin
-from avalanche_color.prompt_experts import PromptExpertViT
-from avalanche_color.prompt_pool import PromptPool
-from avalanche_color.prototypes import PrototypeRouter, fit_prototypes
-from avalanche_color.resume import CheckpointPlugin, train_stream
-from avalanche_color.s_prompts import SPrompts
-from avalanche_color.strategy import CoLoR
-from avalanche_color.wandb_logger import WandBLogger
+Where each part of the method lives:
+
+* ``config``: every option, declared and checked once (:class:`CoLoRConfig`, ...).
+* ``lora/``: LoRA on the query and value projections of every block (:class:`QKVExperts`).
+* ``experts/``: the frozen ViT with one expert and head per experience, routed
+  (:class:`RoutedExpertViT`), and the training template shared by CoLoR and S-Prompts.
+* ``routing/``: k-means prototypes, nearest-prototype routing, the prototype plugin,
+  mixed-batch segments and the evaluation cache; CoLoR++ (``routing="first_expert"``)
+  and the oracle (``routing="oracle"``) are in :meth:`RoutedExpertViT.route`.
+* ``color/``: CoLoR itself: :class:`ExpertViT`, :class:`CoLoR`, :class:`LoRAExpertsPlugin`.
+* ``peers/``: the prompt-based peers, S-Prompts and L2P.
+* ``training/``: checkpoint/resume, data checks, torchrun.
+* ``evaluation/``: the routing-accuracy metric and the W&B logger.
+"""
+
+from avalanche_color.color.model import ExpertViT
+from avalanche_color.color.plugins import LoRAExpertsPlugin
+from avalanche_color.color.strategy import CoLoR
+from avalanche_color.config import (CoLoRConfig, L2PConfig, L2PModelOptions, LoRAOptions, PromptOptions,
+                                    PrototypeOptions, RoutingOptions, SPromptsConfig)
+from avalanche_color.evaluation.routing_accuracy import RoutingAccuracy, routing_accuracy_metrics
+from avalanche_color.evaluation.wandb_logger import WandBLogger
+from avalanche_color.experts.heads import ExpertHead
+from avalanche_color.experts.routed_vit import RoutedExpertViT
+from avalanche_color.experts.template import RoutedExpertsTemplate
+from avalanche_color.lora.qv_experts import QKVExperts, QVLoRA
+from avalanche_color.peers.l2p.model import L2PViT
+from avalanche_color.peers.l2p.prompt_pool import PromptPool
+from avalanche_color.peers.l2p.strategy import L2P
+from avalanche_color.peers.s_prompts.model import PromptExpertViT
+from avalanche_color.peers.s_prompts.strategy import SPrompts
+from avalanche_color.routing.plugin import PrototypeRouterPlugin
+from avalanche_color.routing.prototypes import fit_prototypes
+from avalanche_color.routing.router import PrototypeRouter
+from avalanche_color.training.checkpoint import CheckpointError, read_checkpoint
+from avalanche_color.training.data_checks import DataChecksPlugin
+from avalanche_color.training.resume import CheckpointPlugin, train_stream
 
 __all__ = [
     "CheckpointError",
     "CheckpointPlugin",
     "CoLoR",
+    "CoLoRConfig",
     "DataChecksPlugin",
     "ExpertHead",
     "ExpertViT",
     "L2P",
+    "L2PConfig",
+    "L2PModelOptions",
     "L2PViT",
     "LoRAExpertsPlugin",
+    "LoRAOptions",
     "PromptExpertViT",
+    "PromptOptions",
     "PromptPool",
+    "PrototypeOptions",
     "PrototypeRouter",
     "PrototypeRouterPlugin",
     "QKVExperts",
@@ -36,7 +63,9 @@ __all__ = [
     "RoutedExpertViT",
     "RoutedExpertsTemplate",
     "RoutingAccuracy",
+    "RoutingOptions",
     "SPrompts",
+    "SPromptsConfig",
     "WandBLogger",
     "fit_prototypes",
     "read_checkpoint",

@@ -18,9 +18,9 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from benchmarks.digits import (NUM_CLASSES, class_incremental_stream, digits_split,
+from benchmarks.streams.digits import (NUM_CLASSES, class_incremental_stream, digits_split,
                                domain_incremental_stream, pretrained_vit, small_vit)
-from benchmarks.methods import (BASELINES, Budget, Hyperparameters, build_strategy,
+from benchmarks.compare.methods import (BASELINES, Budget, Hyperparameters, build_strategy,
                                 trainable_parameters_per_experience)
 
 METHODS = ("CoLoR", *BASELINES)

@@ -14,7 +14,8 @@ import pytest
 import torch
 from avalanche.benchmarks import tensors_benchmark
 
-from avalanche_color.data_checks import _generators_untouched, check_training_experience
+from avalanche_color.training.data_checks import check_training_experience
+from avalanche_color.utils.rng import generators_untouched
 from avalanche_color import SPrompts
 from helpers import quiet_evaluator, tiny_color
 from streams import IMAGE_SIZE, class_stream, tiny_vit
@@ -140,7 +141,7 @@ def test_the_scan_leaves_the_random_generators_as_they_were():
     # The scan runs the training transforms, which may draw random numbers (augmentations).
     states = lambda: (torch.get_rng_state(), random.getstate(), np.random.get_state()[1].copy())  # noqa: E731
     before = states()
-    with _generators_untouched():
+    with generators_untouched():
         torch.rand(3), random.random(), np.random.rand()
     after = states()
     assert torch.equal(after[0], before[0]) and after[1] == before[1] and (after[2] == before[2]).all()

@@ -19,12 +19,12 @@ import pytest
 import torch
 from PIL import Image
 
-import benchmarks.archives
-import benchmarks.offline_streams
-from benchmarks.offline_streams import PACS_CLASSES, PACS_DOMAINS, load_pacs, pacs, split_tiny_imagenet
-from benchmarks.paper_streams import DOMAINNET_DOMAINS, core50_ni, domainnet, split_cifar100
-from benchmarks.registry import benchmark_spec
-from benchmarks.transforms import vit_transforms
+import benchmarks.streams.archives
+import benchmarks.streams.offline
+from benchmarks.streams.offline import PACS_CLASSES, PACS_DOMAINS, load_pacs, pacs, split_tiny_imagenet
+from benchmarks.streams.paper import DOMAINNET_DOMAINS, core50_ni, domainnet, split_cifar100
+from benchmarks.streams.registry import benchmark_spec
+from benchmarks.streams.transforms import vit_transforms
 
 SIZE = 16  # the images' side in the streams (PACS and DomainNet); Tiny-ImageNet uses TINY_SIZE
 TINY_SIZE = 8
@@ -201,7 +201,7 @@ def test_pacs_decodes_once_into_the_cache(pacs_zip, tmp_path, monkeypatch):
     data = load_pacs(pacs_zip, image_size=SIZE, cache_dir=tmp_path)
     assert data["images"].dtype == torch.uint8 and data["images"].shape[1:] == (3, SIZE, SIZE)
     assert len(data["labels"]) == 7 * sum(PACS_PER_CLASS.values())  # the __MACOSX entry is skipped
-    monkeypatch.setattr(benchmarks.offline_streams, "decode_images", lambda *a: pytest.fail("decoded again"))
+    monkeypatch.setattr(benchmarks.streams.offline, "decode_images", lambda *a: pytest.fail("decoded again"))
     pacs(pacs_zip, image_size=SIZE, domains=("photo",), cache_dir=tmp_path, **NORM)
 
 
@@ -315,7 +315,7 @@ def test_split_tiny_imagenet_refuses_an_archive_without_200_classes(tmp_path, ca
 
 
 def test_registry_builds_the_offline_streams_with_its_keywords(pacs_zip, tiny_imagenet, tmp_path, monkeypatch):
-    monkeypatch.setattr(benchmarks.archives, "CACHE_DIR", tmp_path)  # the default cache, read at call time
+    monkeypatch.setattr(benchmarks.streams.archives, "CACHE_DIR", tmp_path)  # the default cache, read at call time
     benchmark = benchmark_spec("pacs").build(pacs_zip, SIZE, NORM["mean"], NORM["std"], 0, True, None)
     assert [e.task_label for e in benchmark.train_stream] == [0, 1, 2, 3]
     benchmark = benchmark_spec("split_tiny_imagenet").build(tiny_imagenet, TINY_SIZE, NORM["mean"], NORM["std"],

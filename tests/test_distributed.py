@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from avalanche_color.distributed import eval_batches, shard
+from avalanche_color.training.distributed import eval_batches, shard
 from helpers import UNSATURATED, stream_metric, tiny_color, train_all
 from streams import class_stream
 
@@ -115,7 +115,7 @@ def test_comparison_runner_under_torchrun_matches_a_single_process_run(tiny_back
 
 
 def test_comparison_runner_refuses_methods_without_distributed_support(monkeypatch, tmp_path):
-    from benchmarks import compare
+    from benchmarks.compare import runner as compare
 
     monkeypatch.setattr(compare, "is_distributed", lambda: True)
     config = compare.ComparisonConfig(benchmark="digits_class", methods=("CoLoR", "L2P", "Naive"), out=tmp_path)

@@ -8,7 +8,7 @@ from streams import class_stream
 
 
 def test_image_keys_follow_content():
-    from avalanche_color.eval_cache import image_keys
+    from avalanche_color.routing.eval_cache import image_keys
 
     x = torch.randn(3, 3, 4, 4, generator=torch.Generator().manual_seed(0))
     keys = image_keys(x)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from avalanche_color import L2P, L2PViT, PromptPool
-from avalanche_color.prompts import prompt_outputs, prompted_tokens
+from avalanche_color.peers.prompts import prompt_outputs, prompted_tokens
 from helpers import quiet_evaluator, stream_metric, train_all
 from streams import class_stream, tiny_vit
 
@@ -199,7 +199,7 @@ def test_l2p_refuses_bad_options(option, value, message):
 
 
 def test_l2p_refuses_a_model_that_is_not_a_vit_and_conflicting_settings():
-    with pytest.raises(TypeError, match="model must be a timm VisionTransformer.*got Sequential"):
+    with pytest.raises(TypeError, match="model must be a timm.*VisionTransformer.*got torch.nn.*Sequential"):
         L2P(torch.nn.Sequential())
     with pytest.raises(ValueError, match=r"already a configured L2PViT .* leave \['top_n'\] unset"):
         L2P(L2PViT(tiny_vit()), top_n=3)

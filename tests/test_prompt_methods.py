@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from avalanche_color import L2P, SPrompts
-from benchmarks.compare import ComparisonConfig, _plan, run_comparison
-from benchmarks.methods import METHODS, Budget, Hyperparameters, build_strategy, trainable_parameters_per_experience
-from benchmarks.registry import benchmark_spec
+from benchmarks.compare.runner import ComparisonConfig, _plan, run_comparison
+from benchmarks.compare.methods import METHODS, Budget, Hyperparameters, build_strategy, trainable_parameters_per_experience
+from benchmarks.streams.registry import benchmark_spec
 from streams import class_stream, tiny_vit
 
 

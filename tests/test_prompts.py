@@ -5,7 +5,7 @@ import torch
 from avalanche.core import SupervisedPlugin
 
 from avalanche_color import CoLoR, ExpertViT, PromptExpertViT, PrototypeRouterPlugin, SPrompts
-from avalanche_color.prompts import insert_prompts, prompted_features, prompted_tokens
+from avalanche_color.peers.prompts import insert_prompts, prompted_features, prompted_tokens
 from helpers import quiet_evaluator, stream_metric, tiny_color, train_all
 from streams import class_stream, domain_stream, tiny_vit
 
@@ -207,7 +207,7 @@ def test_s_prompts_refuses_bad_options(option, value, message):
 
 
 def test_s_prompts_refuses_a_model_that_is_not_a_vit_and_conflicting_settings():
-    with pytest.raises(TypeError, match="model must be a timm VisionTransformer.*got Linear"):
+    with pytest.raises(TypeError, match="model must be a timm.*VisionTransformer.*got torch.nn.*Linear"):
         SPrompts(torch.nn.Linear(4, 4))
     with pytest.raises(ValueError, match=r"already a configured PromptExpertViT .* leave \['prompt_length'\] unset"):
         SPrompts(PromptExpertViT(tiny_vit()), prompt_length=3)

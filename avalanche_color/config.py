@@ -1,0 +1,300 @@
+"""Every option of the models and strategies, declared once, with its default and its check.
+
+The options are frozen dataclasses, grouped by the part of the method they set:
+
+* :class:`RoutingOptions`: how samples reach an expert (CoLoR, CoLoR++, oracle).
+* :class:`LoRAOptions` and :class:`PromptOptions`: what an expert is (CoLoR's LoRA
+  matrices, S-Prompts' prompt tokens).
+* :class:`PrototypeOptions`: the k-means prototypes fitted after each experience.
+* :class:`TrainingOptions`: the learning rate and the budget (Avalanche's mini-batch
+  sizes, epochs and periodic evaluation); :class:`ExpertTrainingOptions` adds SGD's
+  settings and the data checks of the routed-expert strategies.
+
+A method's config combines them: :class:`CoLoRConfig`, :class:`SPromptsConfig`,
+:class:`L2PConfig`. Models, plugins, strategies and checkpoints all read the same
+object, so an option is checked in one place, when the config is built::
+
+    config = CoLoRConfig(rank=8, k=20)
+    CoLoR(vit, config)            # the same as CoLoR(vit, rank=8, k=20)
+
+A bad value raises a ``ValueError`` naming the option, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Optional, TypeVar
+
+Routing = Literal["backbone", "first_expert", "oracle"]
+Distance = Literal["euclidean", "l1", "cosine"]
+PrototypeData = Literal["train", "eval"]
+HeadInput = Literal["prompts", "pooled"]
+PromptInit = Literal["uniform", "zero"]
+
+ROUTINGS: tuple[str, ...] = Routing.__args__  # type: ignore[attr-defined]
+DISTANCES: tuple[str, ...] = Distance.__args__  # type: ignore[attr-defined]
+PROTOTYPE_DATA: tuple[str, ...] = PrototypeData.__args__  # type: ignore[attr-defined]
+HEAD_INPUTS: tuple[str, ...] = HeadInput.__args__  # type: ignore[attr-defined]
+PROMPT_INITS: tuple[str, ...] = PromptInit.__args__  # type: ignore[attr-defined]
+
+Check = Callable[[str, Any], None]
+Config = TypeVar("Config", bound="Options")
+
+
+# ---------------------------------------------------------------------- checks
+
+
+def check_positive_int(name: str, value: object) -> None:
+    """Refuse anything but an int >= 1."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+def check_non_negative_int(name: str, value: object) -> None:
+    """Refuse anything but an int >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+
+
+def check_int(name: str, value: object) -> None:
+    """Refuse anything but an int."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+
+
+def check_positive(name: str, value: object) -> None:
+    """Refuse anything but a real number > 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{name} must be a number > 0, got {value!r}")
+
+
+def check_non_negative(name: str, value: object) -> None:
+    """Refuse anything but a real number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+
+
+def check_bool(name: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+
+
+def check_choice(name: str, value: object, allowed: Collection[str]) -> None:
+    """Refuse a value outside ``allowed``."""
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {tuple(allowed)}, got {value!r}")
+
+
+def one_of(allowed: Collection[str]) -> Check:
+    return lambda name, value: check_choice(name, value, allowed)
+
+
+def optional(check: Check) -> Check:
+    return lambda name, value: None if value is None else check(name, value)
+
+
+def option(default: Any, check: Check, *, expert_setting: bool = False) -> Any:
+    """A config field with its check. ``expert_setting``: it decides what saved experts mean,
+    so a checkpoint written with another value cannot be loaded."""
+    return field(default=default, metadata={"check": check, "expert_setting": expert_setting})
+
+
+# ---------------------------------------------------------------------- the options
+
+
+@dataclass(frozen=True)
+class Options:
+    """Base of the option groups: checks every field on construction."""
+
+    def __post_init__(self) -> None:
+        for spec in dataclasses.fields(self):
+            spec.metadata["check"](spec.name, getattr(self, spec.name))
+        self._check_together()
+
+    def _check_together(self) -> None:
+        """Checks across fields (subclasses override)."""
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(spec.name for spec in dataclasses.fields(cls))
+
+    @classmethod
+    def build(cls: type[Config], config: Optional["Options"] = None, /, **options: Any) -> Config:
+        """``cls`` from a config (of ``cls`` or a subclass) and/or keyword options, checked.
+
+        Options given as keywords replace those of ``config``; a name that is not
+        an option of ``cls`` is refused with the list of those that are.
+        """
+        unknown = sorted(set(options) - set(cls.names()))
+        if unknown:
+            raise TypeError(f"{cls.__name__} has no option {', '.join(map(repr, unknown))}; "
+                            f"its options are {', '.join(cls.names())}")
+        if config is None:
+            return cls(**options)
+        if not isinstance(config, cls):
+            raise TypeError(f"config must be a {cls.__name__}, got {type(config).__name__}")
+        return dataclasses.replace(config, **options) if options else config
+
+    def expert_settings(self) -> dict[str, Any]:
+        """The options that decide what trained experts mean (a checkpoint must match them)."""
+        return {spec.name: getattr(self, spec.name) for spec in dataclasses.fields(self)
+                if spec.metadata["expert_setting"]}
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class RoutingOptions(Options):
+    """How each test sample reaches an expert.
+
+    Attributes:
+        routing: ``"backbone"`` routes with the frozen ViT's features (CoLoR,
+            S-Prompts), ``"first_expert"`` with the ViT plus the first expert
+            (CoLoR++), ``"oracle"`` with the task labels (task-incremental streams).
+        distance: between features and prototypes: ``"euclidean"``, ``"l1"`` or ``"cosine"``.
+        normalize_features: L2-normalise features before clustering and routing.
+        cache_evaluation: reuse routing features and frozen experts' outputs across
+            evaluations (exact; pays off when the same test stream is evaluated
+            after every experience with deterministic transforms).
+    """
+
+    routing: Routing = option("backbone", one_of(ROUTINGS), expert_setting=True)
+    distance: Distance = option("euclidean", one_of(DISTANCES), expert_setting=True)
+    normalize_features: bool = option(True, check_bool, expert_setting=True)
+    cache_evaluation: bool = option(False, check_bool)
+
+
+@dataclass(frozen=True)
+class LoRAOptions(RoutingOptions):
+    """CoLoR's experts: rank-r LoRA on the query and value projections of every block.
+
+    Attributes:
+        rank: LoRA rank r (the paper: 64).
+        alpha: LoRA alpha; updates are scaled by ``alpha / rank``. None means ``rank``.
+    """
+
+    rank: int = option(64, check_positive_int, expert_setting=True)
+    alpha: Optional[float] = option(None, optional(check_positive), expert_setting=True)
+
+    @property
+    def scaling_alpha(self) -> float:
+        return float(self.rank if self.alpha is None else self.alpha)
+
+
+@dataclass(frozen=True)
+class PromptOptions(RoutingOptions):
+    """S-Prompts' experts: prompt tokens inserted behind the [CLS] token.
+
+    Attributes:
+        prompt_length: tokens per expert (S-Prompts: 10); 0 leaves only the head.
+    """
+
+    prompt_length: int = option(10, check_non_negative_int, expert_setting=True)
+
+
+@dataclass(frozen=True)
+class PrototypeOptions(Options):
+    """The prototypes fitted after each experience.
+
+    Attributes:
+        k: prototypes per experience (the paper: 5 domain-, 20 class-incremental).
+        kmeans_seed: k-means ``random_state``.
+        kmeans_n_init: k-means restarts (explicit: scikit-learn's default changed in 1.4).
+        prototype_data: embed the experience with its ``"train"`` transforms (as the
+            loader gives it, S-Prompts' choice) or its ``"eval"`` transforms.
+        prototype_batch_size: batch size of the embedding pass; None: the eval mini-batch size.
+    """
+
+    k: int = option(5, check_positive_int)
+    kmeans_seed: int = option(0, check_int)
+    kmeans_n_init: int = option(10, check_positive_int)
+    prototype_data: PrototypeData = option("train", one_of(PROTOTYPE_DATA))
+    prototype_batch_size: Optional[int] = option(None, optional(check_positive_int))
+
+
+@dataclass(frozen=True)
+class TrainingOptions(Options):
+    """The learning rate and the budget.
+
+    Attributes:
+        lr: learning rate.
+        train_mb_size, train_epochs, eval_mb_size, eval_every: as in Avalanche's
+            ``SupervisedTemplate``.
+    """
+
+    lr: float = option(1e-3, check_positive)
+    train_mb_size: int = option(128, check_positive_int)
+    train_epochs: int = option(50, check_positive_int)
+    eval_mb_size: int = option(128, check_positive_int)
+    eval_every: int = option(-1, check_int)
+
+
+@dataclass(frozen=True)
+class ExpertTrainingOptions(TrainingOptions):
+    """How each expert is trained: SGD with a cosine schedule restarting per experience.
+
+    Attributes:
+        momentum, weight_decay: SGD's.
+        check_data: scan each training experience for bad data before its expert
+            exists (see :mod:`avalanche_color.training.data_checks`).
+    """
+
+    momentum: float = option(0.9, check_non_negative)
+    weight_decay: float = option(2e-4, check_non_negative)
+    check_data: bool = option(True, check_bool)
+
+
+@dataclass(frozen=True)
+class CoLoRConfig(LoRAOptions, PrototypeOptions, ExpertTrainingOptions):
+    """CoLoR's options; the defaults are the paper's (rank 64, batch 128, 50 epochs,
+    lr 1e-3, weight decay 2e-4, SGD with momentum 0.9, cosine schedule)."""
+
+
+@dataclass(frozen=True)
+class SPromptsConfig(PromptOptions, PrototypeOptions, ExpertTrainingOptions):
+    """S-Prompts' options; defaults from its published configs (prompt length 10, lr 0.01)."""
+
+    lr: float = option(0.01, check_positive)
+
+
+@dataclass(frozen=True)
+class L2PModelOptions(Options):
+    """L2P's prompt pool and head.
+
+    Attributes:
+        pool_size: M, prompts in the pool (L2P: 10).
+        prompt_length: L_p, tokens per prompt (L2P: 5).
+        top_n: N, prompts chosen per sample (L2P: 5); at most ``pool_size``.
+        head_input: ``"prompts"`` (mean of the prompt positions' outputs, L2P) or
+            ``"pooled"`` (the ViT's own pooled feature with prompts in the sequence).
+        class_masking: in training, mask the logits of classes outside the current experience.
+        prompt_init: ``"uniform"`` in [-1, 1] (L2P's default) or ``"zero"``.
+    """
+
+    pool_size: int = option(10, check_positive_int, expert_setting=True)
+    prompt_length: int = option(5, check_positive_int, expert_setting=True)
+    top_n: int = option(5, check_positive_int, expert_setting=True)
+    head_input: HeadInput = option("prompts", one_of(HEAD_INPUTS), expert_setting=True)
+    class_masking: bool = option(True, check_bool)
+    prompt_init: PromptInit = option("uniform", one_of(PROMPT_INITS))
+
+    def _check_together(self) -> None:
+        if self.top_n > self.pool_size:
+            raise ValueError(f"top_n must be at most pool_size={self.pool_size}, got top_n={self.top_n}")
+
+
+@dataclass(frozen=True)
+class L2PConfig(L2PModelOptions, TrainingOptions):
+    """L2P's options; defaults from the L2P paper (Split CIFAR-100): Adam, constant lr 0.03,
+    batch 128, 5 epochs; the surrogate weight 0.1 is its code's ``pull_constraint_coeff``.
+
+    Attributes:
+        surrogate_weight: lambda, the weight of the key-query surrogate loss.
+    """
+
+    surrogate_weight: float = option(0.1, check_non_negative)
+    lr: float = option(0.03, check_positive)
+    train_epochs: int = option(5, check_positive_int)

@@ -1,0 +1,37 @@
+"""What the frozen backbone must be: a timm VisionTransformer, and images it can take."""
+
+from __future__ import annotations
+
+from timm.models.vision_transformer import VisionTransformer
+from torch import Tensor, nn
+
+
+def check_vision_transformer(model: nn.Module) -> None:
+    """Refuse anything but a timm VisionTransformer, naming what was given and how to get one."""
+    if isinstance(model, VisionTransformer):
+        return
+    given = f"{type(model).__module__}.{type(model).__qualname__}"
+    hint = ""
+    if type(model).__module__.startswith("torchvision"):
+        hint = (" torchvision's ViTs have another layout (no fused per-block qkv layer, no "
+                "forward_features/forward_head); build the same architecture with timm, e.g. "
+                "timm.create_model('vit_base_patch16_224.augreg_in21k', pretrained=True) for torchvision's vit_b_16.")
+    raise TypeError(
+        f"model must be a timm.models.vision_transformer.VisionTransformer "
+        f"(e.g. timm.create_model('vit_base_patch16_224')), got {given}.{hint}"
+    )
+
+
+def check_images(vit: VisionTransformer, x: Tensor) -> None:
+    """Refuse a batch the ViT's patch embedding cannot take, naming what it expects."""
+    embed = vit.patch_embed
+    channels = embed.proj.in_channels
+    expected = f"(batch, {channels}, {embed.img_size[0]}, {embed.img_size[1]})"
+    if x.dim() != 4 or x.shape[1] != channels:
+        raise ValueError(f"images must have shape {expected}, got {tuple(x.shape)}")
+    size = tuple(x.shape[-2:])
+    if getattr(embed, "strict_img_size", True) and size != tuple(embed.img_size):
+        raise ValueError(f"images must have shape {expected}, got {tuple(x.shape)}")
+    patch = tuple(embed.patch_size)
+    if not getattr(embed, "dynamic_img_pad", False) and (size[0] % patch[0] or size[1] % patch[1]):
+        raise ValueError(f"image height and width must be multiples of the patch size {patch}, got {size}")

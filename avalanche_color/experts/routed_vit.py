@@ -1,0 +1,297 @@
+"""A frozen timm ViT with one expert and one head per experience, routed by prototypes.
+
+What an *expert* is differs per method: LoRA matrices inside the attention
+blocks (CoLoR, :class:`~avalanche_color.ExpertViT`) or prompt tokens added to
+the token sequence (S-Prompts, :class:`~avalanche_color.PromptExpertViT`).
+Everything else is shared and lives here: the heads, which experience and task
+each expert comes from, Avalanche's model adaptation, the prototype router
+(nearest prototype, CoLoR++'s first-expert features, or the oracle), the
+batched prediction of a mixed batch and the state handling. A subclass only
+says how to add an expert, which parameters it owns, and how the backbone
+computes features with it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Sequence
+from typing import Any, Optional, Union
+
+import torch
+from avalanche.models import MultiTaskModule
+from torch import Tensor, nn
+
+from avalanche_color.config import RoutingOptions
+from avalanche_color.experts.backbone import check_images, check_vision_transformer
+from avalanche_color.experts.heads import ExpertHead
+from avalanche_color.routing.eval_cache import EvalCache, image_keys
+from avalanche_color.routing.router import PrototypeRouter
+from avalanche_color.routing.segments import ExpertSelection, Segments, segments_of
+
+
+class RoutedExpertViT(MultiTaskModule):
+    """Base of the routed expert models: a frozen ViT, one expert and head per experience.
+
+    In training mode the newest expert predicts (Avalanche adds one per new
+    training experience through :meth:`adaptation`). In eval mode each sample is
+    routed to the expert of its nearest prototype, or, with ``routing="oracle"``,
+    to the expert trained on its task label. Outputs cover the global class
+    space: classes the chosen expert does not know get ``-inf``.
+
+    Subclasses implement :meth:`_add_expert_modules`, :meth:`expert_modules`
+    and :meth:`features`.
+
+    Args:
+        vit: a timm ``VisionTransformer``; it is frozen (and may be adapted in place).
+        config: the model's options (:class:`~avalanche_color.config.RoutingOptions`
+            or a subclass: routing, distance, feature normalisation, evaluation cache).
+    """
+
+    expert_experiences: Tensor
+    expert_tasks: Tensor
+
+    def __init__(self, vit: nn.Module, config: RoutingOptions) -> None:
+        super().__init__()
+        check_vision_transformer(vit)
+        self.config = config
+        self.backbone = vit.requires_grad_(False).eval()
+        self.heads = nn.ModuleList()
+        self.router = PrototypeRouter(config.distance)
+        # Where each expert comes from: its training experience and task label.
+        self.register_buffer("expert_experiences", torch.empty(0, dtype=torch.long))
+        self.register_buffer("expert_tasks", torch.empty(0, dtype=torch.long))
+        self.last_experts: Optional[Tensor] = None
+        self.eval_cache: Optional[EvalCache] = EvalCache() if config.cache_evaluation else None
+
+    @property
+    def routing(self) -> str:
+        return self.config.routing
+
+    # ------------------------------------------------------------------ what an expert is
+
+    def _add_expert_modules(self) -> None:
+        """Create the trainable modules of one more expert (its head is added by the base)."""
+        raise NotImplementedError
+
+    def expert_modules(self, expert: int) -> Iterator[nn.Module]:
+        """The modules that hold ``expert``'s own parameters, its head excluded."""
+        raise NotImplementedError
+
+    def features(self, x: Tensor, experts: ExpertSelection = None) -> Tensor:
+        """The pooled features (batch, num_features) with ``experts``: None, one index,
+        or :class:`~avalanche_color.lora.Segments` of a batch sorted by expert."""
+        raise NotImplementedError
+
+    def _is_backbone_weight(self, key: str) -> bool:
+        """Whether a ``state_dict`` key is a frozen backbone weight (not saved with the experts)."""
+        return key.startswith("backbone.")
+
+    # ------------------------------------------------------------------ experts
+
+    @property
+    def num_experts(self) -> int:
+        return len(self.heads)
+
+    @property
+    def num_features(self) -> int:
+        return int(self.backbone.num_features)
+
+    @property
+    def num_classes(self) -> int:
+        """Width of the output: one past the largest class id of any expert or adapted experience.
+
+        Avalanche adapts the model to evaluation experiences too, so the output
+        also covers classes no expert knows yet (their logits are -inf).
+        """
+        known = max((int(h.classes.max()) + 1 for h in self.heads), default=0)
+        return max(known, self.max_class_label)
+
+    @property
+    def device(self) -> torch.device:
+        return self.backbone.patch_embed.proj.weight.device
+
+    def add_expert(self, classes: Sequence[int], experience: int = -1, task: int = 0) -> int:
+        """Add a trainable expert for ``classes`` and freeze all earlier ones.
+
+        Returns:
+            the new expert's index.
+        """
+        if len(classes) == 0:
+            raise ValueError("classes must name at least one class, got an empty sequence")
+        if min(classes) < 0:
+            raise ValueError(f"classes must be non-negative class ids, got {sorted(classes)}")
+        for parameter in self.parameters():  # earlier experts freeze; stale gradients go
+            parameter.requires_grad_(False)
+            parameter.grad = None
+        self._add_expert_modules()
+        self.heads.append(ExpertHead(self.num_features, classes).to(self.device))
+        origin = self.expert_experiences.new_tensor
+        self.expert_experiences = torch.cat((self.expert_experiences, origin([experience])))
+        self.expert_tasks = torch.cat((self.expert_tasks, origin([task])))
+        return self.num_experts - 1
+
+    def expert_parameters(self, expert: int) -> Iterator[nn.Parameter]:
+        """The parameters of one expert: its own modules' and its head's."""
+        for module in self.expert_modules(expert):
+            yield from module.parameters()
+        yield from self.heads[expert].parameters()
+
+    def is_frozen(self, expert: int) -> bool:
+        """Whether ``expert`` is done training (only the newest expert ever trains)."""
+        return not any(p.requires_grad for p in self.expert_parameters(expert))
+
+    def cache_evaluation(self, enabled: bool = True) -> None:
+        """Reuse routing features and frozen experts' outputs across evaluations (exact).
+
+        Worth it when the same test images are evaluated after every experience;
+        the cache holds one feature vector per image and one logit row per
+        (image, frozen expert) it has evaluated.
+        """
+        self.config = dataclasses.replace(self.config, cache_evaluation=enabled)
+        self.eval_cache = EvalCache() if enabled else None
+
+    def adaptation(self, experience: Any) -> None:
+        """Avalanche's hook before each experience: a new expert for a new training one."""
+        super().adaptation(experience)
+        experience_id = int(experience.current_experience)
+        if not self.training or experience_id in self.expert_experiences.tolist():
+            return
+        task_labels = list(experience.task_labels)
+        if len(task_labels) != 1:
+            raise ValueError(f"an experience must have one task label, got {task_labels}")
+        if len(experience.dataset) == 0:
+            raise ValueError(f"experience {experience_id} has no samples")
+        # Refuse unusable images before the expert exists, not at the first forward.
+        check_images(self.backbone, torch.as_tensor(experience.dataset[0][0]).unsqueeze(0))
+        self.add_expert(list(experience.classes_in_this_experience), experience_id, task_labels[0])
+
+    def experts_of_tasks(self, task_labels: Tensor) -> Tensor:
+        """The expert trained on each sample's task label (oracle routing)."""
+        tasks = self.expert_tasks.tolist()
+        if len(set(tasks)) != len(tasks):
+            raise ValueError(
+                f"routing='oracle' needs a distinct task label per experience (a task-incremental "
+                f"stream); the experts' task labels are {tasks}"
+            )
+        unknown = set(task_labels.unique().tolist()) - set(tasks)
+        if unknown:
+            raise ValueError(f"task labels {sorted(unknown)} have no expert; known: {tasks}")
+        lookup = torch.full((max(tasks) + 1,), -1, dtype=torch.long, device=task_labels.device)
+        lookup[self.expert_tasks.to(task_labels.device)] = torch.arange(len(tasks), device=task_labels.device)
+        return lookup[task_labels.long()]
+
+    # ------------------------------------------------------------------ routing and forward
+
+    def routing_features(self, x: Tensor) -> Tensor:
+        """The features prototypes are made of and samples are routed by."""
+        if self.routing == "first_expert":
+            if not self.num_experts:
+                raise RuntimeError("routing='first_expert' needs a trained first expert")
+            features = self.features(x, 0)
+        else:
+            features = self.features(x)
+        if self.config.normalize_features:
+            features = nn.functional.normalize(features, dim=-1)
+        return features
+
+    def route(self, x: Tensor, task_labels: Optional[Tensor] = None,
+              keys: Optional[list[bytes]] = None) -> Tensor:
+        """The expert index for each sample: its nearest prototype's, or its task's (oracle).
+
+        ``keys`` (the images' content hashes) let the evaluation cache supply
+        routing features it has computed before, while the routing features are frozen.
+        """
+        if self.routing == "oracle":
+            if task_labels is None:
+                raise ValueError("routing='oracle' needs task_labels, one per sample")
+            task_labels = torch.as_tensor(task_labels, device=x.device).expand(x.shape[0])
+            return self.experts_of_tasks(task_labels)
+        if keys is not None and self.eval_cache is not None and self._routing_features_frozen():
+            features = self.eval_cache.routing_features(x, keys, self.routing_features)
+        else:
+            features = self.routing_features(x)
+        return self.router(features)
+
+    def _routing_features_frozen(self) -> bool:
+        """Whether routing features stay the same for the rest of the run."""
+        return self.routing != "first_expert" or self.is_frozen(0)
+
+    def forward(self, x: Tensor, task_labels: Optional[Tensor] = None) -> Tensor:
+        """Global-class logits.
+
+        Args:
+            x: images (batch, channels, height, width) the backbone accepts.
+            task_labels: one per sample; only oracle routing reads them.
+        """
+        if not self.num_experts:
+            raise RuntimeError("the model has no expert yet: train on an experience before evaluating")
+        if self.training:
+            return self.predict(x, self.num_experts - 1)
+        caching = self.eval_cache is not None and not torch.is_grad_enabled()
+        keys = image_keys(x) if caching else None
+        experts = self.route(x, task_labels, keys)
+        self.last_experts = experts.detach()
+        if caching:
+            return self.eval_cache.predict(x, keys, experts, self.num_classes, self.predict, self.is_frozen)
+        return self.predict(x, experts)
+
+    def predict(self, x: Tensor, experts: Union[int, Tensor]) -> Tensor:
+        """Logits of the given experts: one index for the batch, or one per sample.
+
+        A mixed batch is sorted by expert, so that each expert acts on a
+        contiguous run of samples, and put back in order at the end.
+        """
+        if isinstance(experts, Tensor) and experts.numel() and bool((experts == experts[0]).all()):
+            experts = int(experts[0])  # one expert: no sorting needed
+        if isinstance(experts, int):
+            segments = [(experts, slice(None))]
+            return self._logits(self.features(x, experts), segments)
+        order = experts.argsort(stable=True)
+        segments = segments_of(experts[order])
+        sorted_logits = self._logits(self.features(x[order], segments), segments)
+        logits = torch.empty_like(sorted_logits)
+        logits[order] = sorted_logits
+        return logits
+
+    def _logits(self, features: Tensor, segments: Segments) -> Tensor:
+        """Global-class logits: each run's head on its classes, -inf elsewhere."""
+        logits = features.new_full((features.shape[0], self.num_classes), float("-inf"))
+        for expert, run in segments:
+            head = self.heads[expert]
+            logits[run, head.classes] = head(features[run])
+        return logits
+
+    # ------------------------------------------------------------------ modes and state
+
+    def train(self, mode: bool = True) -> "RoutedExpertViT":
+        super().train(mode)
+        self.backbone.eval()  # frozen parts never see dropout or drop-path noise
+        return self
+
+    def experts_state_dict(self) -> dict[str, Tensor]:
+        """The learned state (experts, heads, prototypes, class maps), without the backbone."""
+        return {k: v for k, v in self.state_dict().items() if not self._is_backbone_weight(k)}
+
+    def load_experts_state_dict(self, state: dict[str, Tensor]) -> None:
+        """Load what :meth:`experts_state_dict` gave; the backbone stays as it is."""
+        result = self.load_state_dict(state, strict=False)
+        missing = [k for k in result.missing_keys if not self._is_backbone_weight(k)]
+        if missing or result.unexpected_keys:
+            raise ValueError(
+                f"state does not fit this model: missing {missing}, unexpected {result.unexpected_keys}"
+            )
+
+    def _check_stored_experts(self, state_dict: dict[str, Any], prefix: str) -> None:
+        """Refuse a stored state whose experts have another shape (subclasses override)."""
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+        # Grow to the stored number of experts first; the children then load into them.
+        stored = [k for k in state_dict if k.startswith(prefix + "heads.") and k.endswith(".classes")]
+        self._check_stored_experts(state_dict, prefix)
+        for index in range(self.num_experts, len(stored)):
+            self.add_expert(state_dict[f"{prefix}heads.{index}.classes"].tolist())
+        for name in ("expert_experiences", "expert_tasks"):
+            if prefix + name in state_dict:
+                setattr(self, name, torch.empty_like(state_dict[prefix + name], device=getattr(self, name).device))
+        super()._load_from_state_dict(state_dict, prefix, *args)
+

@@ -1,0 +1,93 @@
+"""The training shared by the routed-expert strategies (CoLoR, S-Prompts).
+
+One expert per training experience, trained alone with SGD and a cosine
+schedule that restarts per experience; after each experience, k-means
+prototypes for the router (:class:`~avalanche_color.PrototypeRouterPlugin`).
+The strategies differ only in the model they build.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from avalanche.core import BasePlugin
+from torch import nn
+from torch.optim import SGD
+from torch.optim.lr_scheduler import CosineAnnealingLR
+
+from avalanche_color.config import CoLoRConfig, SPromptsConfig
+from avalanche_color.experts.routed_vit import RoutedExpertViT
+from avalanche_color.routing.plugin import PrototypeRouterPlugin
+from avalanche_color.training.configured_strategy import ConfiguredStrategy
+from avalanche_color.training.data_checks import DataChecksPlugin
+from avalanche_color.training.distributed import eval_loader, gather_eval_batch, is_distributed, wrap_current_expert
+
+
+class RoutedExpertsTemplate(ConfiguredStrategy):
+    """A :class:`RoutedExpertViT` trained expert by expert, with prototype routing.
+
+    Subclasses name their model and config class (see
+    :class:`~avalanche_color.training.configured_strategy.ConfiguredStrategy` for the call).
+    """
+
+    model: RoutedExpertViT
+    config: CoLoRConfig | SPromptsConfig
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.lr_scheduler: Optional[CosineAnnealingLR] = None
+        # Under torchrun: the model in DDP over the current expert, for training steps.
+        self.ddp_model: Optional[nn.Module] = None
+        super().__init__(*args, **kwargs)
+
+    def first_optimizer(self, model: nn.Module) -> SGD:
+        # Replaced by make_optimizer before each experience, once its expert exists.
+        return SGD(model.parameters(), lr=self.config.lr)
+
+    def own_plugins(self) -> list[BasePlugin]:
+        # Bad data is refused first, before any other plugin or the model adaptation acts on it.
+        return [DataChecksPlugin(scan_experiences=self.config.check_data), PrototypeRouterPlugin(self.config)]
+
+    def check_model_and_optimizer(self, **kwargs: Any) -> None:
+        # The optimiser holds only the new expert, so it is built after the
+        # model adaptation that creates it, once per experience.
+        self.model = self.model_adaptation()
+        self.ddp_model = wrap_current_expert(self.model)
+        self.make_optimizer(**kwargs)
+
+    def forward(self) -> Any:
+        if self.is_training and self.ddp_model is not None:
+            return self.ddp_model(self.mb_x, self.mb_task_id)
+        return super().forward()
+
+    def make_eval_dataloader(self, num_workers: int = 0, **kwargs: Any) -> None:
+        # Under torchrun each rank evaluates an unpadded shard (Avalanche's sampler pads).
+        if is_distributed():
+            self.dataloader = eval_loader(self.adapted_dataset, self.eval_mb_size, num_workers)
+        else:
+            super().make_eval_dataloader(num_workers=num_workers, **kwargs)
+
+    def _after_eval_forward(self, **kwargs: Any) -> None:
+        # First of all plugins: metrics then see the batches of all ranks.
+        gather_eval_batch(self)
+        super()._after_eval_forward(**kwargs)
+
+    def make_optimizer(self, **kwargs: Any) -> None:
+        """A fresh SGD over the current expert only, with a cosine schedule over the experience."""
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
+        config = self.config
+        self.optimizer = SGD(trainable, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
+        steps = self.train_epochs * max(len(self.dataloader), 1)
+        self.lr_scheduler = CosineAnnealingLR(self.optimizer, T_max=steps)
+
+    def optimizer_step(self) -> None:
+        super().optimizer_step()
+        if self.lr_scheduler is not None:
+            self.lr_scheduler.step()
+
+    def eval(self, exp_list: Any, **kwargs: Any) -> Any:
+        if self.model.num_experts == 0:
+            raise RuntimeError(
+                f"{type(self).__name__} has no expert yet: call train() on an experience before eval()"
+            )
+        return super().eval(exp_list, **kwargs)
+

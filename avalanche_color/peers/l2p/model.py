@@ -1,0 +1,183 @@
+"""L2P's model: a frozen timm ViT, a shared prompt pool with keys, and one growing head.
+
+The project's own implementation of the paper, not Avalanche's ``LearningToPrompt``:
+that one builds its ViT from a fixed list of 224 px model names, hard-codes
+768-wide heads, keeps a second full ViT for the queries and fails with timm 1.x.
+Here the user's ViT is used as it is (width, depth, image size and prefix
+tokens read from the model), and the query is the same frozen ViT run
+without prompts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, Optional
+
+import torch
+from avalanche.models import DynamicModule
+from torch import Tensor, nn
+
+from avalanche_color.config import L2PModelOptions
+from avalanche_color.experts.backbone import check_images, check_vision_transformer
+from avalanche_color.peers.l2p.prompt_pool import PromptPool
+from avalanche_color.peers.prompts import drop_prompts, prompt_outputs, prompt_width, prompted_tokens
+
+
+class GrowingHead(nn.Module):
+    """A linear layer whose outputs (classes) grow; new rows start as ``nn.Linear``'s, old rows stay."""
+
+    def __init__(self, in_features: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(0, in_features))
+        self.bias = nn.Parameter(torch.empty(0))
+
+    @property
+    def in_features(self) -> int:
+        return self.weight.shape[1]
+
+    @property
+    def out_features(self) -> int:
+        return self.weight.shape[0]
+
+    def grow(self, out_features: int) -> None:
+        """Widen to ``out_features`` outputs (never shrinks)."""
+        extra = out_features - self.out_features
+        if extra <= 0:
+            return
+        bound = self.in_features ** -0.5
+        new_weight = self.weight.new_empty(extra, self.in_features).uniform_(-bound, bound)
+        new_bias = self.bias.new_empty(extra).uniform_(-bound, bound)
+        self.weight = nn.Parameter(torch.cat((self.weight.detach(), new_weight)))
+        self.bias = nn.Parameter(torch.cat((self.bias.detach(), new_bias)))
+
+    def forward(self, features: Tensor) -> Tensor:
+        return nn.functional.linear(features, self.weight, self.bias)
+
+
+class L2PViT(DynamicModule):
+    """A frozen timm ViT with an L2P prompt pool and one linear head over all classes seen.
+
+    Per sample: the query is the frozen ViT's pooled ([CLS]) feature; the
+    ``top_n`` prompts whose keys match it best (cosine) are inserted behind the
+    [CLS] token; the head reads the average of the outputs at the prompt
+    positions (L2P's default) or the pooled feature. The pool and head are
+    shared by all experiences. The head grows with the classes of each
+    training experience; classes never trained get ``-inf``, and in training
+    with ``class_masking`` so do the classes outside the current experience.
+
+    Args:
+        vit: a timm ``VisionTransformer``; it is frozen, not changed.
+        config: :class:`~avalanche_color.config.L2PModelOptions` (or an
+            :class:`~avalanche_color.config.L2PConfig`); keyword options
+            (``pool_size``, ``prompt_length``, ``top_n``, ``head_input``,
+            ``class_masking``, ``prompt_init``) replace its fields.
+    """
+
+    trained_classes: Tensor
+    current_classes: Tensor
+    config: L2PModelOptions
+
+    def __init__(self, vit: nn.Module, config: Optional[L2PModelOptions] = None, /, **options: Any) -> None:
+        super().__init__()
+        check_vision_transformer(vit)
+        self.config = config = L2PModelOptions.build(config, **options)
+        self.backbone = vit.requires_grad_(False).eval()
+        device = vit.patch_embed.proj.weight.device
+        self.pool = PromptPool(config.pool_size, config.prompt_length, prompt_width(vit), int(vit.num_features),
+                               config.prompt_init).to(device)
+        head_width = prompt_width(vit) if config.head_input == "prompts" else int(vit.num_features)
+        self.head = GrowingHead(head_width).to(device)  # grows with the classes trained
+        self.register_buffer("trained_classes", torch.zeros(0, dtype=torch.bool, device=device))
+        self.register_buffer("current_classes", torch.zeros(0, dtype=torch.bool, device=device))
+        self.max_class_label = 0  # one past the largest class id of any adapted experience
+        self.last_query: Optional[Tensor] = None
+        self.last_selection: Optional[Tensor] = None
+
+    @property
+    def num_classes(self) -> int:
+        """Width of the output: the head's, or more if an adapted experience has larger class ids."""
+        return max(self.head.out_features, self.max_class_label)
+
+    def trainable_parameters(self) -> Iterator[nn.Parameter]:
+        """What L2P trains: the pool's keys and prompts and the head, all shared across experiences."""
+        yield from self.pool.parameters()
+        yield from self.head.parameters()
+
+    # ------------------------------------------------------------------ classes
+
+    def adaptation(self, experience: Any) -> None:
+        """Avalanche's hook before each experience: in training, learn its classes."""
+        super().adaptation(experience)
+        classes = [int(c) for c in experience.classes_in_this_experience]
+        if not classes:
+            return
+        self.max_class_label = max(self.max_class_label, max(classes) + 1)
+        if not self.training:
+            return
+        if len(experience.dataset) == 0:
+            raise ValueError(f"experience {experience.current_experience} has no samples")
+        check_images(self.backbone, torch.as_tensor(experience.dataset[0][0]).unsqueeze(0))
+        self.learn_classes(classes)
+
+    def learn_classes(self, classes: Sequence[int]) -> None:
+        """Make ``classes`` the ones being trained, growing the head if they are new."""
+        if min(classes) < 0:
+            raise ValueError(f"classes must be non-negative class ids, got {sorted(classes)}")
+        self._grow(max(classes) + 1)
+        self.current_classes = torch.zeros_like(self.trained_classes)
+        self.current_classes[list(classes)] = True
+        self.trained_classes = self.trained_classes | self.current_classes
+
+    def _grow(self, num_classes: int) -> None:
+        if num_classes <= self.head.out_features:
+            return
+        self.head.grow(num_classes)
+        grown = self.trained_classes.new_zeros(num_classes)
+        grown[: len(self.trained_classes)] = self.trained_classes
+        self.trained_classes = grown
+        self.current_classes = torch.zeros_like(grown)
+
+    # ------------------------------------------------------------------ forward
+
+    def query(self, x: Tensor) -> Tensor:
+        """The frozen ViT's pooled ([CLS]) feature without prompts: what keys are matched to."""
+        with torch.no_grad():
+            return self.backbone.forward_head(self.backbone.forward_features(x), pre_logits=True)
+
+    def features(self, x: Tensor, selection: Tensor) -> Tensor:
+        """The head's input with the ``selection`` (batch, top_n) of pool prompts per sample."""
+        prompts = self.pool.selected_prompts(selection)
+        tokens = prompted_tokens(self.backbone, x, prompts)
+        count, prefix = prompts.shape[1], self.backbone.num_prefix_tokens
+        if self.config.head_input == "prompts":
+            return prompt_outputs(tokens, count, prefix).mean(dim=1)
+        return self.backbone.forward_head(drop_prompts(tokens, count, prefix), pre_logits=True)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Global-class logits; the query and the chosen prompts stay in ``last_query``/``last_selection``."""
+        if not bool(self.trained_classes.any()):
+            raise RuntimeError("the model has no trained class yet: train on an experience before evaluating")
+        check_images(self.backbone, x)
+        query = self.query(x)
+        selection = self.pool.select(query, self.config.top_n)
+        self.last_query, self.last_selection = query, selection
+        logits = self.head(self.features(x, selection))
+        allowed = self.current_classes if self.training and self.config.class_masking else self.trained_classes
+        logits = logits.masked_fill(~allowed, float("-inf"))
+        missing = self.num_classes - logits.shape[1]  # classes of adapted experiences never trained
+        return nn.functional.pad(logits, (0, missing), value=float("-inf")) if missing else logits
+
+    def train(self, mode: bool = True) -> "L2PViT":
+        super().train(mode)
+        self.backbone.eval()  # frozen parts never see dropout or drop-path noise
+        return self
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+        # The head's width grows with the stream: take the stored one.
+        stored = state_dict.get(prefix + "head.weight")
+        if stored is not None:
+            self._grow(stored.shape[0])
+        for name in ("trained_classes", "current_classes"):
+            if prefix + name in state_dict:
+                setattr(self, name, torch.empty_like(state_dict[prefix + name], device=getattr(self, name).device))
+        super()._load_from_state_dict(state_dict, prefix, *args)

@@ -1,0 +1,64 @@
+"""L2P's prompt pool: prompts with keys, chosen per sample by how well the keys match a query."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from avalanche_color.config import PROMPT_INITS, PromptInit, check_choice
+from avalanche_color.peers.prompts import new_prompts
+
+
+class PromptPool(nn.Module):
+    """M prompts of ``prompt_length`` tokens, each with a key of the query's width.
+
+    A sample's query (the frozen ViT's [CLS] feature) picks the ``top_n``
+    prompts whose keys are most cosine-similar to it; the surrogate loss pulls
+    the chosen keys towards their queries (L2P, Wang et al., CVPR 2022, Eq. 5).
+    Keys start uniform in [-1, 1], as in L2P's code.
+
+    Args:
+        pool_size: M, the number of prompts.
+        prompt_length: L_p, tokens per prompt.
+        width: token width of the ViT (prompts) and width of its queries (keys).
+        key_width: width of the queries, if it differs from ``width``.
+        prompt_init: prompts start ``"uniform"`` in [-1, 1] (L2P's default) or at
+            ``"zero"`` (L2P's other option; the prompt outputs then start as
+            image-driven as the [CLS] output, which helps small, untrained ViTs).
+    """
+
+    def __init__(self, pool_size: int, prompt_length: int, width: int, key_width: int | None = None,
+                 prompt_init: PromptInit = "uniform") -> None:
+        super().__init__()
+        check_choice("prompt_init", prompt_init, PROMPT_INITS)
+        bound = 1.0 if prompt_init == "uniform" else 0.0
+        self.prompts = nn.Parameter(torch.empty(pool_size, prompt_length, width).uniform_(-bound, bound))
+        self.keys = new_prompts(pool_size, key_width or width, 1.0)
+
+    @property
+    def pool_size(self) -> int:
+        return self.prompts.shape[0]
+
+    @property
+    def prompt_length(self) -> int:
+        return self.prompts.shape[1]
+
+    def similarity(self, query: Tensor) -> Tensor:
+        """(batch, M) cosine similarity of each query (batch, width) to each key."""
+        return nn.functional.normalize(query, dim=-1) @ nn.functional.normalize(self.keys, dim=-1).T
+
+    def select(self, query: Tensor, top_n: int) -> Tensor:
+        """(batch, top_n) indices of the best-matching keys per query, best first."""
+        return self.similarity(query.detach()).topk(top_n, dim=1).indices
+
+    def selected_prompts(self, selection: Tensor) -> Tensor:
+        """(batch, top_n * prompt_length, width): the selected prompts, concatenated in selection order."""
+        return self.prompts[selection].flatten(1, 2)
+
+    def surrogate_loss(self, query: Tensor, selection: Tensor) -> Tensor:
+        """Cosine distance of each query to its selected keys, summed over keys, averaged over the batch.
+
+        Only the keys receive its gradient (the query comes from the frozen backbone).
+        """
+        chosen = self.similarity(query.detach()).gather(1, selection)
+        return (1 - chosen).sum(dim=1).mean()

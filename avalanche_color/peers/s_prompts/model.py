@@ -1,0 +1,91 @@
+"""S-Prompts' model: a frozen timm ViT with one set of prompt tokens and one head per experience.
+
+Routing, heads and state handling are CoLoR's (:mod:`avalanche_color.experts.routed_vit`);
+only the expert differs: ``prompt_length`` learnable tokens inserted into the
+token sequence (:mod:`avalanche_color.peers.prompts`) instead of LoRA matrices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Optional
+
+import torch
+from torch import Tensor, nn
+
+from avalanche_color.config import PromptOptions
+from avalanche_color.experts.backbone import check_images
+from avalanche_color.experts.routed_vit import RoutedExpertViT
+from avalanche_color.peers.prompts import new_prompts, prompt_width, prompted_features, s_prompts_bound
+from avalanche_color.routing.segments import ExpertSelection, Segments
+
+
+class PromptTokens(nn.Module):
+    """One expert's prompt tokens, (prompt_length, width), initialised as in S-Prompts."""
+
+    def __init__(self, prompt_length: int, width: int) -> None:
+        super().__init__()
+        self.tokens = new_prompts(prompt_length, width, s_prompts_bound(width))
+
+
+class PromptExpertViT(RoutedExpertViT):
+    """S-Prompts (S-iPrompts): a frozen ViT, prompt-token experts, their heads, prototype routing.
+
+    Each expert is ``prompt_length`` tokens inserted behind the [CLS] token
+    (without positional embedding) and a linear head on the pooled [CLS]
+    feature. Training and routing are as in :class:`~avalanche_color.ExpertViT`.
+    A mixed batch takes one forward: every sample carries its own expert's tokens.
+
+    Args:
+        vit: a timm ``VisionTransformer``; it is frozen, not changed.
+        config: :class:`~avalanche_color.config.PromptOptions` (or a
+            :class:`~avalanche_color.config.SPromptsConfig`); keyword options
+            (``prompt_length``, ``routing``, ``distance``, ...) replace its fields.
+            ``prompt_length=0`` leaves only the head (a linear probe per experience).
+    """
+
+    config: PromptOptions
+
+    def __init__(self, vit: nn.Module, config: Optional[PromptOptions] = None, /, **options: Any) -> None:
+        super().__init__(vit, PromptOptions.build(config, **options))
+        self.prompts = nn.ModuleList()
+
+    @property
+    def prompt_length(self) -> int:
+        return self.config.prompt_length
+
+    def _add_expert_modules(self) -> None:
+        self.prompts.append(PromptTokens(self.prompt_length, prompt_width(self.backbone)).to(self.device))
+
+    def expert_modules(self, expert: int) -> Iterator[nn.Module]:
+        """The expert's prompt tokens."""
+        yield self.prompts[expert]
+
+    def features(self, x: Tensor, experts: ExpertSelection = None) -> Tensor:
+        """The pooled ([CLS]) features after the final norm with the experts' prompts."""
+        check_images(self.backbone, x)
+        if experts is None:
+            return self.backbone.forward_head(self.backbone.forward_features(x), pre_logits=True)
+        return prompted_features(self.backbone, x, self.prompts_of(experts, x.shape[0]))
+
+    def prompts_of(self, experts: ExpertSelection, batch_size: int) -> Tensor:
+        """(prompt_length, width) tokens of one expert, or (batch, prompt_length, width) per sample."""
+        if isinstance(experts, int):
+            return self.prompts[experts].tokens
+        return torch.cat([
+            self.prompts[expert].tokens.expand(run.stop - run.start, -1, -1)
+            for expert, run in _bounded(experts, batch_size)
+        ])
+
+    def _check_stored_experts(self, state_dict: dict, prefix: str) -> None:
+        key = prefix + "prompts.0.tokens"
+        if key in state_dict and state_dict[key].shape[0] != self.prompt_length:
+            raise ValueError(
+                f"state has prompt length {state_dict[key].shape[0]}, this model has {self.prompt_length}"
+            )
+
+
+def _bounded(segments: Segments, batch_size: int) -> Segments:
+    """Segments with explicit bounds (a run may be ``slice(None)`` for the whole batch)."""
+    return [(expert, slice(*run.indices(batch_size)[:2])) for expert, run in segments]
+

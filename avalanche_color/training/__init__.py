@@ -1,0 +1,1 @@
+"""Running a strategy: its options, checkpoint/resume, bad-data checks, several processes (torchrun)."""

@@ -1,0 +1,109 @@
+"""The call every strategy of the package shares: ``Strategy(model, config=None, **options)``.
+
+A strategy names its options dataclass (:mod:`avalanche_color.config`) and its
+model class; options given as keywords replace the config's fields, and keywords
+that are not options go to Avalanche's ``SupervisedTemplate`` (``peval_mode``, ...).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from typing import Any, Callable, ClassVar, Optional, Union
+
+import torch
+from avalanche.core import BasePlugin
+from avalanche.training.plugins import EvaluationPlugin
+from avalanche.training.plugins.evaluation import default_evaluator
+from avalanche.training.templates import SupervisedTemplate
+from torch import nn
+
+from avalanche_color.config import Options
+
+
+class ConfiguredStrategy(SupervisedTemplate):
+    """A ``SupervisedTemplate`` set up from one options dataclass.
+
+    Subclasses set :attr:`config_class` and :attr:`model_class` and implement
+    :meth:`first_optimizer` (a placeholder: the real one is made per experience)
+    and, if they add plugins of their own, :meth:`own_plugins`.
+
+    Args:
+        model: a timm ``VisionTransformer`` (wrapped into :attr:`model_class`), or
+            a :attr:`model_class` instance to continue from: then its own model
+            options apply and must not be given again.
+        config: a :attr:`config_class`; keyword options replace its fields.
+        criterion: loss; a new ``CrossEntropyLoss`` by default.
+        device, evaluator: as in Avalanche's ``SupervisedTemplate``.
+        plugins: the user's plugins; the list is copied, never changed.
+        **options: fields of :attr:`config_class`, and any other keyword of
+            Avalanche's ``SupervisedTemplate``.
+    """
+
+    config_class: ClassVar[type[Options]]
+    model_class: ClassVar[type[nn.Module]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)  # Avalanche wraps __init__ to warn about positional arguments;
+        cls.__init__ = inspect.unwrap(cls.__init__)  # Strategy(model, ...) is this package's documented call
+
+    def __init__(
+        self,
+        model: nn.Module,
+        config: Optional[Options] = None,
+        *,
+        criterion: Optional[nn.Module] = None,
+        device: Union[str, torch.device] = "cpu",
+        plugins: Optional[Sequence[BasePlugin]] = None,
+        evaluator: Union[EvaluationPlugin, Callable[[], EvaluationPlugin]] = default_evaluator,
+        **options: Any,
+    ) -> None:
+        own = {name: options.pop(name) for name in list(options) if name in self.config_class.names()}
+        model, self.config = configured_model(model, self.model_class, self.config_class, config, own)
+        config = self.config
+        super().__init__(
+            model=model,
+            optimizer=self.first_optimizer(model),
+            criterion=nn.CrossEntropyLoss() if criterion is None else criterion,
+            train_mb_size=config.train_mb_size,
+            train_epochs=config.train_epochs,
+            eval_mb_size=config.eval_mb_size,
+            device=device,
+            plugins=[*self.own_plugins(), *(plugins or ())],
+            evaluator=evaluator,
+            eval_every=config.eval_every,
+            **options,
+        )
+
+    def first_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
+        raise NotImplementedError
+
+    def own_plugins(self) -> list[BasePlugin]:
+        """Plugins the method itself needs, placed before the user's."""
+        return []
+
+
+def configured_model(model: nn.Module, model_class: type[nn.Module], config_class: type[Options],
+                     config: Optional[Options], options: dict[str, Any]) -> tuple[nn.Module, Any]:
+    """The strategy's model and its full config.
+
+    A plain ViT becomes ``model_class(model, config)``. A ``model_class`` instance is
+    kept, and its own model options fill the config; giving them again is refused.
+    """
+    if not isinstance(model, model_class):
+        config = config_class.build(config, **options)
+        return model_class(model, config), config
+    model_options = {name: getattr(model.config, name) for name in type(model.config).names()}
+    given = sorted(set(options) & set(model_options))
+    if config is not None:
+        given += sorted(name for name, value in model_options.items()
+                        if name not in given and getattr(config, name) != value)
+    if given:
+        raise ValueError(
+            f"model is already a configured {model_class.__name__} with its own settings; leave {given} unset"
+        )
+    return model, config_class.build(config, **{**options, **model_options})
+
+
+# Avalanche wrapped this class's own __init__ too, when it was defined.
+ConfiguredStrategy.__init__ = inspect.unwrap(ConfiguredStrategy.__init__)  # type: ignore[method-assign]

@@ -1,0 +1,142 @@
+"""Bad data: refuse it before it can change what CoLoR has learned.
+
+What is checked, and how each case is handled:
+
+* an experience with no samples, negative class ids, labels outside the
+  experience's declared classes (``classes_in_this_experience``), images of a shape the
+  backbone cannot take (channels, height, width), and NaN/inf pixels: a
+  ``ValueError`` naming the experience, the sample index, the value found and
+  what is allowed, raised by a scan of the experience's training data *before*
+  its expert exists (the scan uses the training transforms, as the loader
+  does, with the random generators saved and restored around it, so it does
+  not change the run's randomness). Nothing is created or changed.
+* NaN/inf pixels in an evaluation batch: a ``ValueError`` before the forward
+  pass (routing a NaN feature would pick an arbitrary expert).
+* a loss that turns NaN or inf during training: a ``FloatingPointError``
+  before the backward pass, so no weight takes the bad step. Earlier experts
+  and all prototypes are unchanged (they are frozen); the failing
+  experience's expert stays as after its last finite step and has no
+  prototypes yet, so it is never routed to. Resume from the last checkpoint
+  (:func:`avalanche_color.train_stream`) after fixing the cause (learning rate, data).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+from avalanche.core import SupervisedPlugin
+from torch import Tensor
+from torch.utils.data import DataLoader
+
+from avalanche_color.config import check_positive_int
+from avalanche_color.experts.backbone import check_images
+from avalanche_color.utils.rng import generators_untouched
+
+if TYPE_CHECKING:
+    from avalanche.training.templates import SupervisedTemplate
+
+
+def check_training_experience(experience: Any, vit: Any, batch_size: int = 256) -> None:
+    """Refuse an experience CoLoR cannot learn from, naming the first bad sample.
+
+    Args:
+        experience: an Avalanche training experience.
+        vit: the timm ViT the images go to (its patch embedding says what it takes).
+        batch_size: samples loaded at a time by the scan.
+    """
+    check_positive_int("batch_size", batch_size)
+    experience_id = experience.current_experience
+    dataset = experience.dataset.train()
+    if len(dataset) == 0:
+        raise ValueError(
+            f"experience {experience_id} has no training samples; every training experience needs "
+            f"at least one (and at least k for its prototypes)"
+        )
+    declared = sorted(int(c) for c in experience.classes_in_this_experience)
+    if declared and declared[0] < 0:
+        raise ValueError(f"experience {experience_id} declares classes {declared}; class ids must be >= 0")
+    allowed = torch.tensor(declared, dtype=torch.long)
+    checked_shape = None
+    index = 0
+    with generators_untouched():
+        for samples in DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=list):
+            for sample in samples:
+                image, label = torch.as_tensor(sample[0]), torch.as_tensor(sample[1])
+                where = f"experience {experience_id}, sample {index}"
+                if image.shape != checked_shape:
+                    try:
+                        check_images(vit, image.unsqueeze(0))
+                    except ValueError as error:
+                        raise ValueError(f"{where}: {error}") from None
+                    checked_shape = image.shape
+                if not bool(torch.isfinite(image).all()):
+                    raise ValueError(f"{where}: images must have finite pixels, got {_non_finite(image)}")
+                if label.numel() != 1 or label.is_floating_point() or not bool(torch.isin(label.long(), allowed)):
+                    raise ValueError(
+                        f"{where}: label must be one of the experience's declared classes {declared}, "
+                        f"got {label.tolist()!r}"
+                    )
+                index += 1
+
+
+def check_finite_images(images: Tensor, where: str) -> None:
+    """Refuse a batch with NaN or infinite pixels."""
+    if not bool(torch.isfinite(images).all()):
+        rows = (~torch.isfinite(images.reshape(len(images), -1))).any(dim=1).nonzero().flatten()
+        raise ValueError(
+            f"{where}: images must have finite pixels, got {_non_finite(images)} "
+            f"in batch rows {rows.tolist()[:10]}"
+        )
+
+
+def check_finite_loss(loss: Tensor, where: str) -> None:
+    """Stop training on a NaN or infinite loss, before it reaches any weight."""
+    if not bool(torch.isfinite(loss).all()):
+        raise FloatingPointError(
+            f"the training loss became {loss.detach().flatten().tolist()[:4]} at {where}; stopped before "
+            f"the backward pass, so no weight took this step. Earlier experts and prototypes are unchanged; "
+            f"this experience's expert is unfinished: lower the learning rate or check the data, then "
+            f"resume from the last checkpoint"
+        )
+
+
+class DataChecksPlugin(SupervisedPlugin, supports_distributed=True):
+    """Run the checks above at the right moments of an Avalanche strategy.
+
+    CoLoR adds it first among its plugins, so an experience is refused before
+    any other plugin or the model adaptation acts on it.
+
+    Args:
+        scan_experiences: scan each training experience's samples before
+            training on it (one extra pass over its data, without the model).
+            With False, only empty experiences, evaluation pixels and the loss are checked.
+    """
+
+    def __init__(self, scan_experiences: bool = True) -> None:
+        super().__init__()
+        self.scan_experiences = scan_experiences
+
+    def before_train_dataset_adaptation(self, strategy: "SupervisedTemplate", **kwargs: Any) -> None:
+        experience = strategy.experience
+        if not self.scan_experiences:
+            if len(experience.dataset) == 0:
+                raise ValueError(f"experience {experience.current_experience} has no training samples")
+            return
+        vit = getattr(strategy.model, "backbone", strategy.model)
+        check_training_experience(experience, vit, strategy.eval_mb_size or strategy.train_mb_size)
+
+    def before_backward(self, strategy: "SupervisedTemplate", **kwargs: Any) -> None:
+        clock = strategy.clock
+        check_finite_loss(strategy.loss, f"experience {strategy.experience.current_experience}, epoch "
+                                         f"{clock.train_exp_epochs}, iteration {clock.train_epoch_iterations}")
+
+    def before_eval_forward(self, strategy: "SupervisedTemplate", **kwargs: Any) -> None:
+        check_finite_images(strategy.mb_x, f"evaluation on experience {strategy.experience.current_experience}")
+
+
+def _non_finite(images: Tensor) -> str:
+    nan = int(torch.isnan(images).sum())
+    inf = int(torch.isinf(images).sum())
+    return f"{nan} NaN and {inf} infinite values"
+

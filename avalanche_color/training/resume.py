@@ -1,0 +1,262 @@
+"""Checkpoint and resume a CoLoR run: a plugin that saves, and a loop that picks up where a run stopped.
+
+Typical use (the whole API)::
+
+    strategy = CoLoR(vit, rank=8, k=5, train_epochs=50)
+    records = train_stream(strategy, benchmark, checkpoint="runs/color.ckpt", every_n_epochs=5)
+
+Run the same script again after a crash and it continues from the last good
+checkpoint: the experiences already learned are loaded, not trained again; a
+mid-experience checkpoint restores the optimiser, the cosine schedule and the
+random generators, so the finished run equals one that never stopped (on CPU:
+bit for bit). ``resume=False`` starts over and overwrites the file.
+
+For a loop of your own, put a :class:`CheckpointPlugin` in the strategy's
+plugins and call :meth:`CheckpointPlugin.resume` before training.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
+
+import torch
+from avalanche.core import SupervisedPlugin
+
+from avalanche_color.config import check_positive_int
+from avalanche_color.training.checkpoint import (Checkpoint, CheckpointError, backbone_fingerprint, check_fits,
+                                                 model_extras, model_settings, read_checkpoint, read_header,
+                                                 restore_model_extras, write_checkpoint)
+from avalanche_color.utils.files import PathLike
+from avalanche_color.utils.rng import capture_rng, restore_rng
+
+if TYPE_CHECKING:
+    from avalanche.training.templates import SupervisedTemplate
+
+Record = dict[str, Any]
+Evaluate = Callable[["SupervisedTemplate", int], Record]
+
+
+class CheckpointPlugin(SupervisedPlugin):
+    """Save a CoLoR run to ``path`` after each training experience and every N epochs.
+
+    Use it with a CoLoR strategy (its model an :class:`ExpertViT`), listed after
+    the :class:`PrototypeRouterPlugin` (CoLoR puts that one first), so an
+    experience's checkpoint holds its prototypes. Checkpoints at experience ends
+    hold the learned state; those every ``every_n_epochs`` epochs also hold the
+    optimiser and scheduler state, for a mid-experience resume.
+
+    Args:
+        path: the checkpoint file (written atomically, see :mod:`avalanche_color.checkpoint`).
+        every_n_epochs: also save after every this many epochs inside an
+            experience (default None: at experience ends only).
+
+    Attributes:
+        experiences_done: training experiences finished so far (the stream position).
+        records: evaluation records so far, one per experience; saved with the run.
+        stream_classes: each training experience's classes, saved so that a
+            resume on another class set is refused (set by :func:`train_stream`).
+    """
+
+    def __init__(self, path: PathLike, every_n_epochs: Optional[int] = None) -> None:
+        super().__init__()
+        if every_n_epochs is not None:
+            check_positive_int("every_n_epochs", every_n_epochs)
+        self.path = Path(path)
+        self.every_n_epochs = every_n_epochs
+        self.experiences_done = 0
+        self.records: list[Record] = []
+        self.stream_classes: Optional[list[list[int]]] = None
+        self._epochs_done = 0
+        self._fingerprint: Optional[tuple[int, str]] = None  # (id of the model, digest): the backbone is frozen
+        self._pending: Optional[Checkpoint] = None  # a mid-experience state to apply when training resumes
+        self._full_train_epochs: Optional[int] = None
+
+    # ------------------------------------------------------------------ saving
+
+    def save(self, strategy: "SupervisedTemplate", epochs_done: int = 0) -> None:
+        """Write the run's state now: at an experience boundary, or ``epochs_done`` into the next one."""
+        model = strategy.model
+        mid_experience = epochs_done > 0
+        scheduler = getattr(strategy, "lr_scheduler", None)
+        write_checkpoint(self.path, Checkpoint(
+            experiences_done=self.experiences_done,
+            epochs_done=epochs_done,
+            train_epochs=self._full_train_epochs or strategy.train_epochs,
+            records=self.records,
+            settings=model_settings(model),
+            backbone=self._backbone_fingerprint(model),
+            stream_classes=self.stream_classes,
+            experts=model.experts_state_dict(),
+            model_extras=model_extras(model),
+            optimizer=strategy.optimizer.state_dict() if mid_experience else None,
+            lr_scheduler=scheduler.state_dict() if mid_experience and scheduler is not None else None,
+            rng=capture_rng(),
+        ))
+
+    def before_training_exp(self, strategy: "SupervisedTemplate", **kwargs: Any) -> None:
+        pending = self._pending
+        if pending is None or strategy.experience.current_experience != pending.experiences_done:
+            self._epochs_done = 0
+            return
+        # Resuming inside this experience: the optimiser was just rebuilt for its expert.
+        strategy.optimizer.load_state_dict(pending.optimizer)
+        if pending.lr_scheduler is not None and getattr(strategy, "lr_scheduler", None) is not None:
+            strategy.lr_scheduler.load_state_dict(pending.lr_scheduler)
+        self._epochs_done = pending.epochs_done
+        self._full_train_epochs = strategy.train_epochs
+        strategy.train_epochs = strategy.train_epochs - pending.epochs_done  # only the epochs left
+
+    def before_training_epoch(self, strategy: "SupervisedTemplate", **kwargs: Any) -> None:
+        if self._pending is not None and self._epochs_done == self._pending.epochs_done:
+            # As late as possible: the next draw is this epoch's shuffle, as in the run that stopped.
+            restore_rng(self._pending.rng)
+            self._pending = None
+
+    def after_training_epoch(self, strategy: "SupervisedTemplate", **kwargs: Any) -> None:
+        self._epochs_done += 1
+        total = self._full_train_epochs or strategy.train_epochs
+        if self.every_n_epochs and self._epochs_done % self.every_n_epochs == 0 and self._epochs_done < total:
+            self.save(strategy, epochs_done=self._epochs_done)
+
+    def after_training_exp(self, strategy: "SupervisedTemplate", **kwargs: Any) -> None:
+        if self._full_train_epochs is not None:
+            strategy.train_epochs = self._full_train_epochs
+            self._full_train_epochs = None
+        self.experiences_done = int(strategy.experience.current_experience) + 1
+        self.save(strategy)
+
+    # ------------------------------------------------------------------ resuming
+
+    def resume(self, strategy: "SupervisedTemplate",
+               stream_classes: Optional[list[list[int]]] = None) -> Checkpoint:
+        """Load the checkpoint at ``path`` into ``strategy`` (a fresh CoLoR strategy, no expert yet).
+
+        The file, the model's settings, the backbone and (if given) the stream's
+        classes are all checked before anything changes; on any mismatch a
+        :class:`CheckpointError` says what differs and the model stays as it was.
+        A mid-experience state is applied when that experience's training starts.
+
+        Returns:
+            the checkpoint read (its ``experiences_done`` and ``records`` say where the run is).
+        """
+        model = strategy.model
+        if not hasattr(model, "experts_state_dict"):
+            raise TypeError(
+                f"resume needs a CoLoR strategy (an ExpertViT model), got a {type(model).__name__} model"
+            )
+        if model.num_experts:
+            raise ValueError(
+                f"resume needs a fresh strategy whose model has no expert yet; this one has {model.num_experts}"
+            )
+        checkpoint = read_checkpoint(self.path)
+        check_fits(checkpoint, model, self.path, stream_classes, self._backbone_fingerprint(model))
+        if checkpoint.epochs_done and checkpoint.train_epochs != strategy.train_epochs:
+            raise ValueError(
+                f"checkpoint {self.path} stopped inside an experience of a run with train_epochs="
+                f"{checkpoint.train_epochs}; this strategy has train_epochs={strategy.train_epochs}"
+            )
+        model.load_experts_state_dict({k: v.to(_device(model)) for k, v in checkpoint.experts.items()})
+        restore_model_extras(model, checkpoint.model_extras)
+        self.experiences_done = checkpoint.experiences_done
+        self.records = list(checkpoint.records)
+        self.stream_classes = checkpoint.stream_classes or stream_classes
+        if checkpoint.epochs_done:
+            self._pending = checkpoint
+        else:
+            restore_rng(checkpoint.rng)  # after loading: growing the model drew LoRA initialisations
+        return checkpoint
+
+    def _backbone_fingerprint(self, model: torch.nn.Module) -> str:
+        if self._fingerprint is None or self._fingerprint[0] != id(model):
+            self._fingerprint = (id(model), backbone_fingerprint(model))
+        return self._fingerprint[1]
+
+
+def train_stream(
+    strategy: "SupervisedTemplate",
+    benchmark: Any,
+    *,
+    checkpoint: Union[PathLike, CheckpointPlugin, None] = None,
+    every_n_epochs: Optional[int] = None,
+    resume: bool = True,
+    evaluate: Optional[Evaluate] = None,
+) -> list[Record]:
+    """Train on every experience of ``benchmark.train_stream`` in order, evaluating after each.
+
+    With ``checkpoint``, the run is saved after each experience (and every
+    ``every_n_epochs`` epochs) and, if the file exists and ``resume`` is true,
+    continued from it: learned experiences are loaded, not retrained, and
+    their evaluation records come back from the file.
+
+    Args:
+        strategy: a CoLoR strategy (any Avalanche strategy without ``checkpoint``).
+        benchmark: has ``train_stream`` and ``test_stream``.
+        checkpoint: the checkpoint file, or a :class:`CheckpointPlugin` (not already
+            among the strategy's plugins).
+        every_n_epochs: with a path, also save every this many epochs.
+        resume: continue from an existing checkpoint file; False starts over.
+        evaluate: ``evaluate(strategy, index)`` after training experience ``index``
+            gives that experience's record (JSON-able); by default the numeric
+            metrics of ``strategy.eval(benchmark.test_stream[: index + 1])``.
+
+    Returns:
+        one record per training experience, those restored from the checkpoint included.
+    """
+    evaluate = evaluate or _evaluate_seen(benchmark)
+    stream = benchmark.train_stream
+    plugin = _checkpoint_plugin(checkpoint, every_n_epochs)
+    if plugin is None:
+        return [_train_and_evaluate(strategy, experience, index, evaluate) for index, experience in enumerate(stream)]
+    if any(p is plugin for p in strategy.plugins):
+        raise ValueError("checkpoint must not already be one of the strategy's plugins: train_stream adds it")
+    stream_classes = [sorted(int(c) for c in e.classes_in_this_experience) for e in stream]
+    plugin.stream_classes = stream_classes
+    if resume and plugin.path.exists():
+        position = read_header(plugin.path)["experiences_done"]
+        if position > len(stream):  # refused before anything is loaded
+            raise CheckpointError(f"checkpoint {plugin.path} is {position} experiences into its stream; "
+                                  f"this stream has {len(stream)}")
+        plugin.resume(strategy, stream_classes)
+    strategy.plugins.append(plugin)  # removed again below: the strategy is left as it came
+    try:
+        for index, experience in enumerate(stream):
+            if index >= plugin.experiences_done:
+                strategy.train(experience)
+            if index >= len(plugin.records):  # also an experience saved before its evaluation
+                plugin.records.append(evaluate(strategy, index))
+                plugin.experiences_done = index + 1
+                plugin.save(strategy)
+    finally:
+        strategy.plugins.remove(plugin)
+    return list(plugin.records)
+
+
+def _train_and_evaluate(strategy: "SupervisedTemplate", experience: Any, index: int, evaluate: Evaluate) -> Record:
+    strategy.train(experience)
+    return evaluate(strategy, index)
+
+
+def _evaluate_seen(benchmark: Any) -> Evaluate:
+    def evaluate(strategy: "SupervisedTemplate", index: int) -> Record:
+        metrics = strategy.eval(benchmark.test_stream[: index + 1])
+        return {name: value for name, value in metrics.items()
+                if isinstance(value, (int, float)) and not isinstance(value, bool)}
+    return evaluate
+
+
+def _checkpoint_plugin(checkpoint: Union[PathLike, CheckpointPlugin, None],
+                       every_n_epochs: Optional[int]) -> Optional[CheckpointPlugin]:
+    if checkpoint is None:
+        if every_n_epochs is not None:
+            raise ValueError(f"every_n_epochs={every_n_epochs!r} needs a checkpoint path")
+        return None
+    if isinstance(checkpoint, CheckpointPlugin):
+        if every_n_epochs is not None:
+            raise ValueError("give every_n_epochs to the CheckpointPlugin, not to train_stream")
+        return checkpoint
+    return CheckpointPlugin(checkpoint, every_n_epochs)
+
+
+def _device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device

@@ -1,0 +1,1 @@
+"""Small helpers used across the repository: atomic file writes, random-generator states."""

@@ -1,0 +1,86 @@
+"""Reading image data sets from a zip archive or an unpacked folder, decoded once and cached.
+
+The offline data sets (``../shared/data``) come as zip files; users may also have them
+unpacked. Either way the images are decoded into one uint8 tensor per split and cached
+as a ``.pt`` file beside the benchmark results, so later runs start in seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import zipfile
+from pathlib import Path
+from typing import Callable, Iterable
+
+import torch
+from PIL import Image
+from torch import Tensor
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA_DIR = Path(os.environ.get("AVALANCHE_COLOR_DATA", ROOT.parent / "shared" / "data"))
+CACHE_DIR = ROOT / "benchmarks" / "results" / "cache"
+
+
+class Archive:
+    """The files of a zip archive or of a folder, addressed by their relative POSIX path."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        if not self.path.exists():
+            raise FileNotFoundError(f"data path {str(self.path)!r} does not exist: give a zip file or a folder")
+        self._zip = zipfile.ZipFile(self.path) if self.path.is_file() else None
+
+    def names(self) -> list[str]:
+        if self._zip is not None:
+            return [n for n in self._zip.namelist() if not n.endswith("/")]
+        return sorted(p.relative_to(self.path).as_posix() for p in self.path.rglob("*") if p.is_file())
+
+    def read(self, name: str) -> bytes:
+        if self._zip is not None:
+            return self._zip.read(name)
+        return (self.path / name).read_bytes()
+
+    def find(self, suffix: str) -> str:
+        """The one member whose path ends with ``suffix`` (archives may add a top folder)."""
+        matches = [n for n in self.names() if n == suffix or n.endswith("/" + suffix)]
+        if len(matches) != 1:
+            raise FileNotFoundError(f"expected one file ending in {suffix!r} in {str(self.path)!r}, found {len(matches)}")
+        return matches[0]
+
+    def fingerprint(self) -> str:
+        """Identifies the archive's contents cheaply (names, sizes), for cache keys."""
+        digest = hashlib.blake2b(digest_size=8)
+        if self._zip is not None:
+            for info in self._zip.infolist():
+                digest.update(f"{info.filename}:{info.file_size}:{info.CRC}\n".encode())
+        else:
+            for name in self.names():
+                digest.update(f"{name}:{(self.path / name).stat().st_size}\n".encode())
+        return digest.hexdigest()
+
+
+def decode_images(archive: Archive, names: Iterable[str], size: int) -> Tensor:
+    """The images as one (N, 3, size, size) uint8 tensor, RGB, resized where needed."""
+    names = list(names)
+    images = torch.empty(len(names), 3, size, size, dtype=torch.uint8)
+    for i, name in enumerate(names):
+        with Image.open(io.BytesIO(archive.read(name))) as image:
+            image = image.convert("RGB")
+            if image.size != (size, size):
+                image = image.resize((size, size), Image.BILINEAR)
+            images[i] = torch.frombuffer(bytearray(image.tobytes()), dtype=torch.uint8).view(size, size, 3).permute(2, 0, 1)
+    return images
+
+
+def cached(path: Path, build: Callable[[], dict]) -> dict:
+    """``build()``'s result, stored at ``path`` the first time and read back afterwards."""
+    if path.exists():
+        return torch.load(path, map_location="cpu")
+    result = build()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".tmp")
+    torch.save(result, temporary)
+    temporary.replace(path)  # never leave a half-written cache behind
+    return result

@@ -1,0 +1,100 @@
+"""The benchmarks the comparison runner knows, by name, with what each needs.
+
+Every builder takes the same keywords, so the runner treats all streams alike:
+``data`` (a path, or None for the default), the backbone's ``image_size``, ``mean`` and
+``std``, a ``seed``, ``task_labels`` (experience i gets task label i: for oracle routing)
+and ``train_per_class`` (a seeded subsample, to make CPU runs cheaper; where supported).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Literal, Optional
+
+Scenario = Literal["domain-incremental", "class-incremental"]
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    name: str
+    scenario: Scenario
+    num_classes: int
+    k: int  # the paper's rule: 5 domain-incremental, 2 x the new classes class-incremental
+    backbone: str  # the default backbone spec for load_backbone (or "digits")
+    build: Callable[..., Any]
+    offline: bool  # runs here without a download or a user-given data folder
+
+
+def _pacs(data, image_size, mean, std, seed, task_labels, train_per_class):
+    from benchmarks.streams.offline import pacs
+    _refuse_subsample("pacs", train_per_class)
+    return pacs(*_path(data), image_size=image_size, mean=mean, std=std, seed=seed, task_labels=task_labels)
+
+
+def _split_tiny_imagenet(data, image_size, mean, std, seed, task_labels, train_per_class):
+    from benchmarks.streams.offline import split_tiny_imagenet
+    return split_tiny_imagenet(*_path(data), image_size=image_size, mean=mean, std=std, seed=seed,
+                               task_labels=task_labels, train_per_class=train_per_class)
+
+
+def _split_cifar100(data, image_size, mean, std, seed, task_labels, train_per_class):
+    from benchmarks.streams.paper import split_cifar100
+    _refuse_subsample("split_cifar100", train_per_class)
+    return split_cifar100(_required(data, "split_cifar100"), image_size=image_size, mean=mean, std=std,
+                          seed=seed, task_labels=task_labels)
+
+
+def _core50(data, image_size, mean, std, seed, task_labels, train_per_class):
+    from benchmarks.streams.paper import core50_ni
+    _refuse_subsample("core50", train_per_class)
+    return core50_ni(_required(data, "core50"), image_size=image_size, mean=mean, std=std, task_labels=task_labels)
+
+
+def _domainnet(data, image_size, mean, std, seed, task_labels, train_per_class):
+    from benchmarks.streams.paper import domainnet
+    _refuse_subsample("domainnet", train_per_class)
+    return domainnet(_required(data, "domainnet"), image_size=image_size, mean=mean, std=std,
+                     task_labels=task_labels)
+
+
+def _digits(kind: Scenario):
+    def build(data, image_size, mean, std, seed, task_labels, train_per_class):
+        from benchmarks.streams.digits import class_incremental_stream, digits_split, domain_incremental_stream
+        _refuse_subsample(f"digits ({kind})", train_per_class)
+        stream = class_incremental_stream if kind == "class-incremental" else domain_incremental_stream
+        return stream(digits_split(seed), task_labels=task_labels)
+    return build
+
+
+BENCHMARKS: dict[str, BenchmarkSpec] = {spec.name: spec for spec in (
+    BenchmarkSpec("pacs", "domain-incremental", 7, 5, "offline", _pacs, True),
+    BenchmarkSpec("split_tiny_imagenet", "class-incremental", 100, 20, "offline", _split_tiny_imagenet, True),
+    BenchmarkSpec("split_cifar100", "class-incremental", 100, 20, "vit_base_patch16_224.augreg_in21k",
+                  _split_cifar100, False),
+    BenchmarkSpec("core50", "domain-incremental", 50, 5, "vit_base_patch16_224.augreg_in21k", _core50, False),
+    BenchmarkSpec("domainnet", "domain-incremental", 345, 5, "vit_base_patch16_224.augreg_in21k", _domainnet, False),
+    BenchmarkSpec("digits_class", "class-incremental", 10, 4, "digits", _digits("class-incremental"), True),
+    BenchmarkSpec("digits_domain", "domain-incremental", 10, 5, "digits", _digits("domain-incremental"), True),
+)}
+
+
+def benchmark_spec(name: str) -> BenchmarkSpec:
+    if name not in BENCHMARKS:
+        raise ValueError(f"benchmark must be one of {sorted(BENCHMARKS)}, got {name!r}")
+    return BENCHMARKS[name]
+
+
+def _path(data: Optional[Path]) -> tuple[Path, ...]:
+    return () if data is None else (Path(data),)
+
+
+def _required(data: Optional[Path], name: str) -> Path:
+    if data is None:
+        raise ValueError(f"benchmark {name!r} needs --data: the folder its data set is (or will be downloaded) in")
+    return Path(data)
+
+
+def _refuse_subsample(name: str, train_per_class: Optional[int]) -> None:
+    if train_per_class is not None:
+        raise ValueError(f"train_per_class is only supported for split_tiny_imagenet, not {name}")
