@@ -94,8 +94,8 @@ def test_corrupted_checkpoint_is_refused(tmp_path):
 def test_other_format_version_is_refused(tmp_path):
     path = tmp_path / "run.ckpt"
     trained_checkpoint(path)
-    path.write_bytes(path.read_bytes().replace(b'"version": 1', b'"version": 2', 1))
-    with pytest.raises(CheckpointError, match="format version 2; this avalanche_color reads version 1"):
+    path.write_bytes(path.read_bytes().replace(b'"version": 2', b'"version": 1', 1))
+    with pytest.raises(CheckpointError, match="format version 1; this avalanche_color reads version 2"):
         read_checkpoint(path)
 
 

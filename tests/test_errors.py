@@ -56,13 +56,15 @@ def test_refuses_k_above_the_experiences_sample_count_before_creating_an_expert(
     assert strategy.model.num_experts == 0
 
 
-def test_refuses_evaluation_before_any_training():
+def test_evaluation_before_any_training_is_an_untrained_models():
+    # Avalanche evaluates before the first training step (periodic evaluation, forward transfer).
     strategy = tiny_color()
-    with pytest.raises(RuntimeError, match="no expert yet"):
-        strategy.eval(class_stream().test_stream)
+    results = strategy.eval(class_stream().test_stream)
+    # No preference among the 4 classes: every sample is predicted as class 0, a quarter of the samples.
+    assert stream_metric(results, "Top1_Acc") == pytest.approx(0.25)
     model = ExpertViT(tiny_vit(), rank=2).eval()
-    with pytest.raises(RuntimeError, match="no expert yet"):
-        model(torch.zeros(1, 3, 16, 16))
+    model.max_class_label = 3
+    assert torch.equal(model(torch.zeros(2, 3, 16, 16)), torch.zeros(2, 3))
 
 
 def test_refuses_images_the_backbone_cannot_take_before_creating_an_expert():

@@ -19,9 +19,10 @@ class RoutedShare(Metric[Optional[float]]):
         self.correct = 0
         self.total = 0
 
-    def update(self, routed: torch.Tensor, own_expert: int) -> None:
-        self.correct += int((routed == own_expert).sum())
-        self.total += routed.numel()
+    def update(self, correct: torch.Tensor) -> None:
+        """Count a batch: ``correct`` says per sample whether it went to an expert of its own experience."""
+        self.correct += int(correct.sum())
+        self.total += correct.numel()
 
     def result(self) -> Optional[float]:
         return self.correct / self.total if self.total else None
@@ -34,7 +35,7 @@ class RoutedShare(Metric[Optional[float]]):
 class RoutingAccuracy(GenericPluginMetric[Optional[float], RoutedShare]):
     """Routing accuracy of a routed expert model (CoLoR's ``ExpertViT``, S-Prompts') in evaluation.
 
-    A test sample is routed correctly when its expert is the one trained on the
+    A test sample is routed correctly when its expert is one trained on the
     experience it comes from (train and test streams line up experience by
     experience). Experiences without an expert yet are left out, not counted
     as wrong.
@@ -49,9 +50,9 @@ class RoutingAccuracy(GenericPluginMetric[Optional[float], RoutedShare]):
         routed = getattr(model, "last_experts", None)
         if routed is None:
             return
-        own = (model.expert_experiences == strategy.experience.current_experience).nonzero()
-        if len(own):
-            self._metric.update(routed, int(own[0]))
+        experience = strategy.experience.current_experience
+        if bool((model.expert_experiences == experience).any()):  # a revisited experience has several experts
+            self._metric.update(model.expert_experiences[routed.to(model.expert_experiences.device)] == experience)
 
     def _package_result(self, strategy: "SupervisedTemplate") -> "MetricResult":
         if self.result() is None:

@@ -27,6 +27,7 @@ from avalanche_color.experts.heads import ExpertHead
 from avalanche_color.routing.eval_cache import EvalCache, image_keys
 from avalanche_color.routing.router import PrototypeRouter
 from avalanche_color.routing.segments import ExpertSelection, Segments, segments_of
+from avalanche_color.training.experiences import experience_classes, experience_task_labels
 
 
 class RoutedExpertViT(MultiTaskModule):
@@ -49,6 +50,7 @@ class RoutedExpertViT(MultiTaskModule):
 
     expert_experiences: Tensor
     expert_tasks: Tensor
+    expert_finished: Tensor
 
     def __init__(self, vit: nn.Module, config: RoutingOptions) -> None:
         super().__init__()
@@ -60,6 +62,8 @@ class RoutedExpertViT(MultiTaskModule):
         # Where each expert comes from: its training experience and task label.
         self.register_buffer("expert_experiences", torch.empty(0, dtype=torch.long))
         self.register_buffer("expert_tasks", torch.empty(0, dtype=torch.long))
+        # Whether each expert's experience is over (its final prototypes fitted).
+        self.register_buffer("expert_finished", torch.empty(0, dtype=torch.bool))
         self.last_experts: Optional[Tensor] = None
         self.eval_cache: Optional[EvalCache] = EvalCache() if config.cache_evaluation else None
 
@@ -128,7 +132,19 @@ class RoutedExpertViT(MultiTaskModule):
         origin = self.expert_experiences.new_tensor
         self.expert_experiences = torch.cat((self.expert_experiences, origin([experience])))
         self.expert_tasks = torch.cat((self.expert_tasks, origin([task])))
+        self.expert_finished = torch.cat((self.expert_finished, self.expert_finished.new_zeros(1)))
         return self.num_experts - 1
+
+    def finish_expert(self, expert: int) -> None:
+        """Mark ``expert``'s experience as over: training on that experience again adds a further expert."""
+        self.expert_finished[expert] = True
+
+    def current_expert(self, experience: int) -> Optional[int]:
+        """The newest expert if it belongs to ``experience`` and is not finished (a run resumed inside it)."""
+        newest = self.num_experts - 1
+        if newest >= 0 and int(self.expert_experiences[newest]) == experience and not bool(self.expert_finished[newest]):
+            return newest
+        return None
 
     def expert_parameters(self, expert: int) -> Iterator[nn.Parameter]:
         """The parameters of one expert: its own modules' and its head's."""
@@ -151,33 +167,50 @@ class RoutedExpertViT(MultiTaskModule):
         self.eval_cache = EvalCache() if enabled else None
 
     def adaptation(self, experience: Any) -> None:
-        """Avalanche's hook before each experience: a new expert for a new training one."""
-        super().adaptation(experience)
-        experience_id = int(experience.current_experience)
-        if not self.training or experience_id in self.expert_experiences.tolist():
+        """Avalanche's hook before each experience: a new expert for each training experience.
+
+        Training on an experience again (a revisit) adds a further expert for it;
+        only an unfinished expert of the same experience (a run resumed inside it) is continued.
+        """
+        classes, tasks = experience_classes(experience), experience_task_labels(experience)
+        if classes:  # MultiTaskModule's bookkeeping, for experiences of any generator
+            self.max_class_label = max(self.max_class_label, classes[-1] + 1)
+        if not self.training:
             return
-        task_labels = list(experience.task_labels)
-        if len(task_labels) != 1:
-            raise ValueError(f"an experience must have one task label, got {task_labels}")
+        self.known_train_tasks_labels = self.known_train_tasks_labels | set(tasks)
+        experience_id = int(experience.current_experience)
+        if self.current_expert(experience_id) is not None:
+            return
+        if len(tasks) != 1:
+            raise ValueError(f"experience {experience_id} must have one task label, got {tasks}")
         if len(experience.dataset) == 0:
             raise ValueError(f"experience {experience_id} has no samples")
+        if self.routing == "oracle":
+            self._check_distinct_task(tasks[0], experience_id)
         # Refuse unusable images before the expert exists, not at the first forward.
         check_images(self.backbone, torch.as_tensor(experience.dataset[0][0]).unsqueeze(0))
-        self.add_expert(list(experience.classes_in_this_experience), experience_id, task_labels[0])
+        self.add_expert(classes, experience_id, tasks[0])
+
+    def _check_distinct_task(self, task: int, experience: int) -> None:
+        """Oracle routing finds an expert by task label: refuse a label another experience already has."""
+        for other_experience, other_task in zip(self.expert_experiences.tolist(), self.expert_tasks.tolist()):
+            if other_task == task and other_experience != experience:
+                raise ValueError(
+                    f"routing='oracle' routes by task label, so every experience needs its own: experience "
+                    f"{experience} has task label {task}, like experience {other_experience}. Use a "
+                    f"task-incremental stream (e.g. task_incremental_benchmark, or nc_benchmark(..., "
+                    f"task_labels=True)), or routing='backbone' (CoLoR) or 'first_expert' (CoLoR++)"
+                )
 
     def experts_of_tasks(self, task_labels: Tensor) -> Tensor:
-        """The expert trained on each sample's task label (oracle routing)."""
+        """The newest expert trained on each sample's task label (oracle routing)."""
         tasks = self.expert_tasks.tolist()
-        if len(set(tasks)) != len(tasks):
-            raise ValueError(
-                f"routing='oracle' needs a distinct task label per experience (a task-incremental "
-                f"stream); the experts' task labels are {tasks}"
-            )
         unknown = set(task_labels.unique().tolist()) - set(tasks)
         if unknown:
-            raise ValueError(f"task labels {sorted(unknown)} have no expert; known: {tasks}")
+            raise ValueError(f"task labels {sorted(unknown)} have no expert; known: {sorted(set(tasks))}")
         lookup = torch.full((max(tasks) + 1,), -1, dtype=torch.long, device=task_labels.device)
-        lookup[self.expert_tasks.to(task_labels.device)] = torch.arange(len(tasks), device=task_labels.device)
+        for expert, task in enumerate(tasks):  # a revisited task: its newest expert
+            lookup[task] = expert
         return lookup[task_labels.long()]
 
     # ------------------------------------------------------------------ routing and forward
@@ -206,13 +239,13 @@ class RoutedExpertViT(MultiTaskModule):
                 raise ValueError("routing='oracle' needs task_labels, one per sample")
             task_labels = torch.as_tensor(task_labels, device=x.device).expand(x.shape[0])
             return self.experts_of_tasks(task_labels)
-        if keys is not None and self.eval_cache is not None and self._routing_features_frozen():
+        if keys is not None and self.eval_cache is not None and self.routing_features_frozen():
             features = self.eval_cache.routing_features(x, keys, self.routing_features)
         else:
             features = self.routing_features(x)
         return self.router(features)
 
-    def _routing_features_frozen(self) -> bool:
+    def routing_features_frozen(self) -> bool:
         """Whether routing features stay the same for the rest of the run."""
         return self.routing != "first_expert" or self.is_frozen(0)
 
@@ -224,7 +257,10 @@ class RoutedExpertViT(MultiTaskModule):
             task_labels: one per sample; only oracle routing reads them.
         """
         if not self.num_experts:
-            raise RuntimeError("the model has no expert yet: train on an experience before evaluating")
+            # Nothing learned yet (Avalanche evaluates once before the first training step):
+            # like an untrained model, no preference among the classes.
+            self.last_experts = None
+            return x.new_zeros(x.shape[0], self.num_classes)
         if self.training:
             return self.predict(x, self.num_experts - 1)
         caching = self.eval_cache is not None and not torch.is_grad_enabled()
@@ -290,7 +326,7 @@ class RoutedExpertViT(MultiTaskModule):
         self._check_stored_experts(state_dict, prefix)
         for index in range(self.num_experts, len(stored)):
             self.add_expert(state_dict[f"{prefix}heads.{index}.classes"].tolist())
-        for name in ("expert_experiences", "expert_tasks"):
+        for name in ("expert_experiences", "expert_tasks", "expert_finished"):
             if prefix + name in state_dict:
                 setattr(self, name, torch.empty_like(state_dict[prefix + name], device=getattr(self, name).device))
         super()._load_from_state_dict(state_dict, prefix, *args)

@@ -21,6 +21,7 @@ from avalanche_color.routing.plugin import PrototypeRouterPlugin
 from avalanche_color.training.configured_strategy import ConfiguredStrategy
 from avalanche_color.training.data_checks import DataChecksPlugin
 from avalanche_color.training.distributed import eval_loader, gather_eval_batch, is_distributed, wrap_current_expert
+from avalanche_color.training.plugin_compatibility import ROUTED_EXPERTS
 
 
 class RoutedExpertsTemplate(ConfiguredStrategy):
@@ -32,6 +33,7 @@ class RoutedExpertsTemplate(ConfiguredStrategy):
 
     model: RoutedExpertViT
     config: CoLoRConfig | SPromptsConfig
+    incompatible_plugins = ROUTED_EXPERTS
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.lr_scheduler: Optional[CosineAnnealingLR] = None
@@ -83,11 +85,4 @@ class RoutedExpertsTemplate(ConfiguredStrategy):
         super().optimizer_step()
         if self.lr_scheduler is not None:
             self.lr_scheduler.step()
-
-    def eval(self, exp_list: Any, **kwargs: Any) -> Any:
-        if self.model.num_experts == 0:
-            raise RuntimeError(
-                f"{type(self).__name__} has no expert yet: call train() on an experience before eval()"
-            )
-        return super().eval(exp_list, **kwargs)
 

@@ -13,6 +13,7 @@ from avalanche_color.config import PrototypeOptions
 from avalanche_color.experts.routed_vit import RoutedExpertViT
 from avalanche_color.routing.prototypes import fit_prototypes
 from avalanche_color.training.distributed import is_distributed, shard, shared_prototypes
+from avalanche_color.utils.rng import seeded
 
 if TYPE_CHECKING:
     from avalanche.training.templates import SupervisedTemplate
@@ -36,6 +37,7 @@ class PrototypeRouterPlugin(SupervisedPlugin, supports_distributed=True):
     def __init__(self, config: Optional[PrototypeOptions] = None, /, **options: Any) -> None:
         super().__init__()
         self.config = PrototypeOptions.build(config, **options)
+        self._training: Optional[Any] = None  # the experience whose expert is training now
 
     def before_train_dataset_adaptation(self, strategy: "SupervisedTemplate", **kwargs: Any) -> None:
         # Runs before the new expert is created, so a refused experience leaves no trace.
@@ -46,31 +48,62 @@ class PrototypeRouterPlugin(SupervisedPlugin, supports_distributed=True):
                 f"{strategy.experience.current_experience} has {size} samples"
             )
 
-    @torch.no_grad()
+    def before_training_exp(self, strategy: "SupervisedTemplate", **kwargs: Any) -> None:
+        self._training = strategy.experience
+
+    def before_eval(self, strategy: "SupervisedTemplate", **kwargs: Any) -> None:
+        # An evaluation inside training (Avalanche's periodic evaluation, early stopping):
+        # the expert being trained gets its prototypes now, so evaluation reaches it.
+        model, experience = _routed(strategy.model), self._training
+        expert = None if experience is None else model.current_expert(experience.current_experience)
+        if expert is not None and not self._fitted_for_good(model, expert):
+            self._fit(strategy, experience, expert)
+
     def after_training_exp(self, strategy: "SupervisedTemplate", **kwargs: Any) -> None:
-        model = strategy.model
-        if not isinstance(model, RoutedExpertViT):
-            raise TypeError(
-                f"PrototypeRouterPlugin needs a RoutedExpertViT model (ExpertViT, PromptExpertViT), "
-                f"got {type(model).__name__}"
-            )
-        experience_id = strategy.experience.current_experience
-        expert = int((model.expert_experiences == experience_id).nonzero()[0])
-        dataset = strategy.experience.dataset
-        dataset = dataset.train() if self.config.prototype_data == "train" else dataset.eval()
-        batch_size = self.config.prototype_batch_size or strategy.eval_mb_size or strategy.train_mb_size
-        was_training = model.training
-        model.eval()
+        model, experience, self._training = _routed(strategy.model), strategy.experience, None
+        expert = model.current_expert(experience.current_experience)
+        if expert is None:
+            return
+        if not self._fitted_for_good(model, expert):
+            self._fit(strategy, experience, expert)
+        model.finish_expert(expert)
+
+    @staticmethod
+    def _fitted_for_good(model: RoutedExpertViT, expert: int) -> bool:
+        """Whether ``expert`` has prototypes that no further training can change.
+
+        Prototypes are a function of the experience's data and the routing features,
+        and the pass is seeded: while those features are frozen, fitting again gives the same.
+        """
+        return expert in model.router.owners.tolist() and model.routing_features_frozen()
+
+    @torch.no_grad()
+    def _fit(self, strategy: "SupervisedTemplate", experience: Any, expert: int) -> None:
+        model, config = strategy.model, self.config
+        dataset = experience.dataset
+        dataset = dataset.train() if config.prototype_data == "train" else dataset.eval()
+        batch_size = config.prototype_batch_size or strategy.eval_mb_size or strategy.train_mb_size
         if is_distributed():  # each rank embeds its contiguous shard; the features are gathered
             dataset = Subset(dataset, shard(len(dataset), DistributedHelper.rank, DistributedHelper.world_size))
-        features = [
-            model.routing_features(batch[0].to(strategy.device))
-            for batch in DataLoader(dataset, batch_size=batch_size, shuffle=False)
-        ]
+        was_training = model.training
+        model.eval()
+        # Seeded, and the run's generators untouched: the same prototypes whenever they are fitted.
+        with seeded(config.kmeans_seed):
+            features = [
+                model.routing_features(batch[0].to(strategy.device))
+                for batch in DataLoader(dataset, batch_size=batch_size, shuffle=False)
+            ]
         model.train(was_training)
         local = torch.cat(features) if features else torch.empty(0, model.num_features, device=strategy.device)
-        config = self.config
         centres = shared_prototypes(
             local, lambda f: fit_prototypes(f, config.k, seed=config.kmeans_seed, n_init=config.kmeans_n_init))
         model.router.set_prototypes(expert, centres)
 
+
+def _routed(model: Any) -> RoutedExpertViT:
+    if not isinstance(model, RoutedExpertViT):
+        raise TypeError(
+            f"PrototypeRouterPlugin needs a RoutedExpertViT model (ExpertViT, PromptExpertViT), "
+            f"got {type(model).__name__}"
+        )
+    return model

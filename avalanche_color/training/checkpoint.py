@@ -43,7 +43,7 @@ from torch import Tensor, nn
 from avalanche_color.utils.files import PathLike, write_atomically
 
 FORMAT = "avalanche_color.checkpoint"
-VERSION = 1
+VERSION = 2  # 2: experts carry expert_finished (revisited experiences get a further expert)
 
 
 class CheckpointError(ValueError):

@@ -19,6 +19,7 @@ from avalanche.training.templates import SupervisedTemplate
 from torch import nn
 
 from avalanche_color.config import Options
+from avalanche_color.training.plugin_compatibility import refuse_incompatible_plugins
 
 
 class ConfiguredStrategy(SupervisedTemplate):
@@ -35,13 +36,17 @@ class ConfiguredStrategy(SupervisedTemplate):
         config: a :attr:`config_class`; keyword options replace its fields.
         criterion: loss; a new ``CrossEntropyLoss`` by default.
         device, evaluator: as in Avalanche's ``SupervisedTemplate``.
-        plugins: the user's plugins; the list is copied, never changed.
+        plugins: the user's plugins; the list is copied, never changed. Plugins that cannot act
+            on the strategy (replay, distillation, regularisation, LR schedulers) are refused
+            with the reason (:mod:`avalanche_color.training.plugin_compatibility`).
         **options: fields of :attr:`config_class`, and any other keyword of
             Avalanche's ``SupervisedTemplate``.
     """
 
     config_class: ClassVar[type[Options]]
     model_class: ClassVar[type[nn.Module]]
+    # Avalanche plugins this strategy refuses, by class name, with the reason (see plugin_compatibility).
+    incompatible_plugins: ClassVar[dict[str, str]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)  # Avalanche wraps __init__ to warn about positional arguments;
@@ -58,6 +63,7 @@ class ConfiguredStrategy(SupervisedTemplate):
         evaluator: Union[EvaluationPlugin, Callable[[], EvaluationPlugin]] = default_evaluator,
         **options: Any,
     ) -> None:
+        refuse_incompatible_plugins(type(self).__name__, plugins or (), self.incompatible_plugins)
         own = {name: options.pop(name) for name in list(options) if name in self.config_class.names()}
         model, self.config = configured_model(model, self.model_class, self.config_class, config, own)
         config = self.config

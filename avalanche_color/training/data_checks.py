@@ -3,7 +3,7 @@
 What is checked, and how each case is handled:
 
 * an experience with no samples, negative class ids, labels outside the
-  experience's declared classes (``classes_in_this_experience``), images of a shape the
+  experience's classes (as declared, else its targets'), images of a shape the
   backbone cannot take (channels, height, width), and NaN/inf pixels: a
   ``ValueError`` naming the experience, the sample index, the value found and
   what is allowed, raised by a scan of the experience's training data *before*
@@ -22,7 +22,7 @@ What is checked, and how each case is handled:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 from avalanche.core import SupervisedPlugin
@@ -31,6 +31,7 @@ from torch.utils.data import DataLoader
 
 from avalanche_color.config import check_positive_int
 from avalanche_color.experts.backbone import check_images
+from avalanche_color.training.experiences import experience_classes
 from avalanche_color.utils.rng import generators_untouched
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ def check_training_experience(experience: Any, vit: Any, batch_size: int = 256) 
             f"experience {experience_id} has no training samples; every training experience needs "
             f"at least one (and at least k for its prototypes)"
         )
-    declared = sorted(int(c) for c in experience.classes_in_this_experience)
+    declared = experience_classes(experience)
     if declared and declared[0] < 0:
         raise ValueError(f"experience {experience_id} declares classes {declared}; class ids must be >= 0")
     allowed = torch.tensor(declared, dtype=torch.long)
@@ -90,15 +91,30 @@ def check_finite_images(images: Tensor, where: str) -> None:
         )
 
 
-def check_finite_loss(loss: Tensor, where: str) -> None:
-    """Stop training on a NaN or infinite loss, before it reaches any weight."""
-    if not bool(torch.isfinite(loss).all()):
-        raise FloatingPointError(
-            f"the training loss became {loss.detach().flatten().tolist()[:4]} at {where}; stopped before "
-            f"the backward pass, so no weight took this step. Earlier experts and prototypes are unchanged; "
-            f"this experience's expert is unfinished: lower the learning rate or check the data, then "
-            f"resume from the last checkpoint"
-        )
+def check_finite_loss(loss: Tensor, where: str, labels: Optional[Tensor] = None,
+                      head_classes: Optional[Tensor] = None) -> None:
+    """Stop training on a NaN or infinite loss, before it reaches any weight.
+
+    With the batch's ``labels`` and the classes of the head being trained, a
+    batch holding labels outside the head (its logits there are -inf) is named as the cause.
+    """
+    if bool(torch.isfinite(loss).all()):
+        return
+    outside = []
+    if labels is not None and head_classes is not None:
+        outside = sorted(set(labels.unique().tolist()) - set(head_classes.tolist()))
+    if outside:
+        cause = (f"the batch holds labels {outside} outside the classes {head_classes.tolist()} of the expert being "
+                 f"trained, whose logits there are -inf. Each expert learns its own experience's classes only: "
+                 f"something added samples of other experiences to this one (a replay or memory plugin, or a "
+                 f"custom loader); train on each experience's own data")
+    else:
+        cause = "lower the learning rate or check the data"
+    raise FloatingPointError(
+        f"the training loss became {loss.detach().flatten().tolist()[:4]} at {where}; stopped before "
+        f"the backward pass, so no weight took this step. Earlier experts and prototypes are unchanged; "
+        f"this experience's expert is unfinished. Likely cause: {cause}; then resume from the last checkpoint"
+    )
 
 
 class DataChecksPlugin(SupervisedPlugin, supports_distributed=True):
@@ -128,8 +144,10 @@ class DataChecksPlugin(SupervisedPlugin, supports_distributed=True):
 
     def before_backward(self, strategy: "SupervisedTemplate", **kwargs: Any) -> None:
         clock = strategy.clock
+        heads = getattr(strategy.model, "heads", None)
         check_finite_loss(strategy.loss, f"experience {strategy.experience.current_experience}, epoch "
-                                         f"{clock.train_exp_epochs}, iteration {clock.train_epoch_iterations}")
+                                         f"{clock.train_exp_epochs}, iteration {clock.train_epoch_iterations}",
+                          strategy.mb_y, heads[-1].classes if heads else None)
 
     def before_eval_forward(self, strategy: "SupervisedTemplate", **kwargs: Any) -> None:
         check_finite_images(strategy.mb_x, f"evaluation on experience {strategy.experience.current_experience}")

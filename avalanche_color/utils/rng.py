@@ -44,3 +44,13 @@ def generators_untouched() -> Iterator[None]:
         yield
     finally:
         restore_rng(state)
+
+
+@contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Run a block with every generator seeded with ``seed``; afterwards they are as before it."""
+    with generators_untouched():
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.manual_seed(seed)
+        yield

@@ -21,6 +21,7 @@ from avalanche_color.config import L2PModelOptions
 from avalanche_color.experts.backbone import check_images, check_vision_transformer
 from avalanche_color.peers.l2p.prompt_pool import PromptPool
 from avalanche_color.peers.prompts import drop_prompts, prompt_outputs, prompt_width, prompted_tokens
+from avalanche_color.training.experiences import experience_classes
 
 
 class GrowingHead(nn.Module):
@@ -108,7 +109,7 @@ class L2PViT(DynamicModule):
     def adaptation(self, experience: Any) -> None:
         """Avalanche's hook before each experience: in training, learn its classes."""
         super().adaptation(experience)
-        classes = [int(c) for c in experience.classes_in_this_experience]
+        classes = experience_classes(experience)
         if not classes:
             return
         self.max_class_label = max(self.max_class_label, max(classes) + 1)
@@ -156,7 +157,9 @@ class L2PViT(DynamicModule):
     def forward(self, x: Tensor) -> Tensor:
         """Global-class logits; the query and the chosen prompts stay in ``last_query``/``last_selection``."""
         if not bool(self.trained_classes.any()):
-            raise RuntimeError("the model has no trained class yet: train on an experience before evaluating")
+            # Nothing learned yet (Avalanche evaluates once before the first training step):
+            # like an untrained model, no preference among the classes.
+            return x.new_zeros(x.shape[0], self.num_classes)
         check_images(self.backbone, x)
         query = self.query(x)
         selection = self.pool.select(query, self.config.top_n)

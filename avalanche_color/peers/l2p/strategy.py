@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from avalanche_color.config import L2PConfig
 from avalanche_color.peers.l2p.model import L2PViT
 from avalanche_color.training.configured_strategy import ConfiguredStrategy
+from avalanche_color.training.plugin_compatibility import L2P_TABLE
 
 
 class L2P(ConfiguredStrategy):
@@ -48,6 +49,7 @@ class L2P(ConfiguredStrategy):
     config: L2PConfig
     config_class: ClassVar[type[L2PConfig]] = L2PConfig
     model_class: ClassVar[type[L2PViT]] = L2PViT
+    incompatible_plugins = L2P_TABLE
 
     def first_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         # Replaced by make_optimizer before each experience, once the head covers its classes.
@@ -70,8 +72,3 @@ class L2P(ConfiguredStrategy):
         if self.is_training and weight:
             loss = loss + weight * self.model.pool.surrogate_loss(self.model.last_query, self.model.last_selection)
         return loss
-
-    def eval(self, exp_list: Any, **kwargs: Any) -> Any:
-        if not bool(self.model.trained_classes.any()):
-            raise RuntimeError("L2P has no trained class yet: call train() on an experience before eval()")
-        return super().eval(exp_list, **kwargs)
