@@ -1,14 +1,18 @@
 # The two commands of the README:
 #   make main   set up .venv and run the main job (CoLoR vs baselines on offline digit streams)
 #   make test   set up .venv and run the tests
+# The main job runs on one thread: the same numbers on every run and every machine of one kind
+# (torch's float sums depend on the thread count).
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
 .PHONY: main test perf benchmarks setup clean
 
+MAIN := --methods CoLoR Naive EWC LwF Replay --epochs 5 --batch-size 32 --rank 16 --k 10 --loggers
 main: $(STAMP)
-	$(VENV)/bin/python -m benchmarks.compare_digits
+	OMP_NUM_THREADS=1 $(VENV)/bin/python -m benchmarks.compare --benchmark digits_class $(MAIN)
+	OMP_NUM_THREADS=1 $(VENV)/bin/python -m benchmarks.compare --benchmark digits_domain $(MAIN)
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest tests

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import tempfile
 from pathlib import Path
 from typing import Union
+
+import torch
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -38,3 +41,10 @@ def _fsync_folder(folder: Path) -> None:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+def torch_save_atomically(obj: object, path: PathLike) -> None:
+    """``torch.save(obj, path)``, written atomically (see :func:`write_atomically`)."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    write_atomically(path, buffer.getvalue())

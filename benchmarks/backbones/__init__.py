@@ -20,6 +20,8 @@ import torch
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
+from avalanche_color.utils.files import torch_save_atomically
+
 OFFLINE_BACKBONE = Path(__file__).parent / "vit_tinyimagenet100_32px.pt"
 CHECKPOINT_FORMAT = 1
 
@@ -38,10 +40,7 @@ def save_backbone(model: VisionTransformer, path: Path, *, architecture: str, mo
         "state_dict": state,
         **(extra or {}),
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(".tmp")
-    torch.save(checkpoint, temporary)
-    temporary.replace(path)
+    torch_save_atomically(checkpoint, path)
 
 
 def load_backbone(spec: str | Path, *, architecture: str | None = None) -> VisionTransformer:

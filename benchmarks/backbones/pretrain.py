@@ -2,10 +2,10 @@
 
     python -m benchmarks.backbones.pretrain [--data PATH] [--epochs N] [--threads N] [--out FILE]
 
-No pretrained weights can be downloaded on the project's machines, and CoLoR needs a
-pretrained ViT. This trains one on the 100 classes that the Split Tiny-ImageNet stream never
-uses, sized to train on one CPU core in a few hours (a GPU is used when present; the time and
-accuracy of the committed run are in ``vit_tinyimagenet100_32px.json``).
+CoLoR needs a pretrained ViT; where none can be downloaded, this trains one on the 100
+classes that the Split Tiny-ImageNet stream never uses, sized to train on one CPU core in a
+few hours (a GPU is used when present; the time and accuracy of the committed run are in
+``vit_tinyimagenet100_32px.json``).
 It checkpoints after every epoch and resumes from the last checkpoint when run again with the
 same configuration. The result (headless, with its config and validation accuracy) is written
 to ``benchmarks/backbones/`` and loaded by ``load_backbone("offline")``.
@@ -25,9 +25,10 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from benchmarks.streams.archives import CACHE_DIR
+from avalanche_color.utils.files import torch_save_atomically
 from benchmarks.backbones import OFFLINE_BACKBONE, save_backbone
-from benchmarks.streams.tiny_imagenet import DEFAULT_PATH, PRETRAIN_CLASSES, load_tiny_imagenet
+from benchmarks.streams.archives import CACHE_DIR
+from benchmarks.streams.tiny_imagenet import PRETRAIN_CLASSES, load_tiny_imagenet
 
 ARCHITECTURE = "vit_tiny_patch16_224"  # a registered timm ViT, resized by MODEL_KWARGS
 MEAN = STD = (0.5, 0.5, 0.5)
@@ -36,16 +37,16 @@ MEAN = STD = (0.5, 0.5, 0.5)
 @dataclass(frozen=True)
 class Config:
     image_size: int = 32
-    patch_size: int = 8
-    embed_dim: int = 128
-    depth: int = 6
-    num_heads: int = 4
-    epochs: int = 12
+    patch_size: int = 4  # 8 x 8 = 64 patch tokens (+ [CLS])
+    embed_dim: int = 96
+    depth: int = 4
+    num_heads: int = 3
+    epochs: int = 30
     batch_size: int = 128
     lr: float = 1e-3
     weight_decay: float = 0.05
     drop_path_rate: float = 0.0  # stochastic depth while pretraining only; not saved with the model
-    warmup_epochs: int = 1
+    warmup_epochs: int = 2
     label_smoothing: float = 0.1
     seed: int = 0
 
@@ -91,6 +92,25 @@ def learning_rate(step: int, steps_per_epoch: int, config: Config) -> float:
     if step < warmup:
         return config.lr * (step + 1) / warmup
     return config.lr * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
+
+
+CURVE_BEGIN, CURVE_END = "<!-- curve: written by pretrain.py -->", "<!-- end of curve -->"
+
+
+def curve_table(history: list[dict]) -> str:
+    """The per-epoch training curve as a Markdown table."""
+    rows = [f"| {h['epoch']} | {h['train_loss']:.3f} | {100 * h['val_accuracy']:.1f}% |" for h in history]
+    return "\n".join(["| epoch | train loss | val accuracy |", "|---:|---:|---:|", *rows])
+
+
+def write_curve(readme: Path, history: list[dict]) -> None:
+    """Replaces the table between the curve markers of ``readme``, if it has them."""
+    if not readme.is_file():
+        return
+    text = readme.read_text()
+    if CURVE_BEGIN in text and CURVE_END in text:
+        head, rest = text.split(CURVE_BEGIN, 1)
+        readme.write_text(f"{head}{CURVE_BEGIN}\n{curve_table(history)}\n{CURVE_END}{rest.split(CURVE_END, 1)[1]}")
 
 
 def pretrain(config: Config, data: Path, out: Path, checkpoint: Path) -> dict:
@@ -140,12 +160,10 @@ def pretrain(config: Config, data: Path, out: Path, checkpoint: Path) -> dict:
         history.append({"epoch": epoch + 1, "train_loss": total_loss / steps_per_epoch, "val_accuracy": accuracy})
         print(f"epoch {epoch + 1}/{config.epochs}: loss {total_loss / steps_per_epoch:.3f}, val accuracy {accuracy:.3f}, "
               f"{seconds / 60:.1f} min so far", flush=True)
-        checkpoint.parent.mkdir(parents=True, exist_ok=True)
-        temporary = checkpoint.with_suffix(".tmp")
-        torch.save({"config": asdict(config), "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "generator": generator.get_state(), "torch_rng": torch.get_rng_state(),
-                    "epoch": epoch + 1, "history": history, "seconds": seconds}, temporary)
-        temporary.replace(checkpoint)
+        torch_save_atomically({"config": asdict(config), "model": model.state_dict(),
+                               "optimizer": optimizer.state_dict(), "generator": generator.get_state(),
+                               "torch_rng": torch.get_rng_state(), "epoch": epoch + 1, "history": history,
+                               "seconds": seconds}, checkpoint)
 
     record = {
         "data": "Tiny-ImageNet classes 0-99 of wnids.txt (file order), 500 train images each, 32 px",
@@ -161,12 +179,13 @@ def pretrain(config: Config, data: Path, out: Path, checkpoint: Path) -> dict:
     save_backbone(model.cpu(), out, architecture=ARCHITECTURE, model_kwargs=config.model_kwargs(),
                   extra={"pretraining": record})
     out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
+    write_curve(out.parent / "README.md", history)
     return record
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=Path, default=DEFAULT_PATH, help="Tiny-ImageNet zip or folder")
+    parser.add_argument("--data", type=Path, help="Tiny-ImageNet zip or folder (default: in $AVALANCHE_COLOR_DATA)")
     parser.add_argument("--epochs", type=int, default=Config.epochs)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
                         help="CPU threads for torch (default: torch's own choice)")

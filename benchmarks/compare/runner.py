@@ -42,6 +42,7 @@ import re
 import shlex
 import sys
 import time
+import warnings
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -200,7 +201,7 @@ def _backbone(spec: str) -> VisionTransformer:
     if spec == "digits":
         from benchmarks.streams.digits import digits_split, pretrained_vit, small_vit
         model = small_vit(0)
-        model.load_state_dict(pretrained_vit(digits_split(0), RESULTS / "cache" / "digits_vit_seed0.pt"))
+        model.load_state_dict(pretrained_vit(digits_split(0), RESULTS / "cache"))
         return model.eval()
     return load_backbone(spec)
 
@@ -340,6 +341,9 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     parser.add_argument("--checkpoint-epochs", type=int,
                         help="also checkpoint CoLoR runs every this many epochs (default: after each experience)")
     args = parser.parse_args(argv)
+    # Avalanche's notices about its own internals, not about this run: kept off the terminal.
+    warnings.filterwarnings("ignore", message="No loggers specified")
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"avalanche\.")
     command = "python -m benchmarks.compare " + shlex.join(sys.argv[1:] if argv is None else argv)
     config = ComparisonConfig(
         benchmark=args.benchmark, methods=tuple(args.methods), seeds=tuple(args.seeds),

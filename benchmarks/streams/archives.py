@@ -1,7 +1,8 @@
 """Reading image data sets from a zip archive or an unpacked folder, decoded once and cached.
 
-The offline data sets (``../shared/data``) come as zip files; users may also have them
-unpacked. Either way the images are decoded into one uint8 tensor per split and cached
+The offline data sets (PACS and Tiny-ImageNet, resized small) come as zip files; users may
+also have them unpacked. Their location is a ``--data`` path, or the folder named by the
+``AVALANCHE_COLOR_DATA`` environment variable (see :func:`data_path`). Either way the images are decoded into one uint8 tensor per split and cached
 as a ``.pt`` file beside the benchmark results, so later runs start in seconds.
 """
 
@@ -12,15 +13,33 @@ import io
 import os
 import zipfile
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Optional
 
 import torch
 from PIL import Image
 from torch import Tensor
 
+from avalanche_color.utils.files import torch_save_atomically
+
 ROOT = Path(__file__).resolve().parents[2]
-DATA_DIR = Path(os.environ.get("AVALANCHE_COLOR_DATA", ROOT.parent / "shared" / "data"))
+DATA_ENV = "AVALANCHE_COLOR_DATA"  # a folder holding the data sets' zip files or folders
 CACHE_DIR = ROOT / "benchmarks" / "results" / "cache"
+
+
+def data_path(path: Optional[str | Path], file_name: str, data_set: str, source: str) -> Path:
+    """``path`` if given, else ``file_name`` in the ``AVALANCHE_COLOR_DATA`` folder.
+
+    Raises a ``FileNotFoundError`` saying how to give the data and where to get it.
+    """
+    if path is not None:
+        return Path(path)
+    folder = os.environ.get(DATA_ENV)
+    if folder:
+        return Path(folder) / file_name
+    raise FileNotFoundError(
+        f"{data_set} is not given: pass --data PATH (its zip file or unpacked folder) or set {DATA_ENV} "
+        f"to the folder holding {file_name}. {source}"
+    )
 
 
 class Archive:
@@ -29,7 +48,7 @@ class Archive:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         if not self.path.exists():
-            raise FileNotFoundError(f"data path {str(self.path)!r} does not exist: give a zip file or a folder")
+            raise FileNotFoundError(f"data path {str(self.path)!r} does not exist: give the data set's zip file or folder")
         self._zip = zipfile.ZipFile(self.path) if self.path.is_file() else None
 
     def names(self) -> list[str]:
@@ -79,8 +98,5 @@ def cached(path: Path, build: Callable[[], dict]) -> dict:
     if path.exists():
         return torch.load(path, map_location="cpu")
     result = build()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(".tmp")
-    torch.save(result, temporary)
-    temporary.replace(path)  # never leave a half-written cache behind
+    torch_save_atomically(result, path)  # never leave a half-written cache behind
     return result

@@ -14,6 +14,7 @@ plain domain. The other 70% are split 70/30 into the streams' train and test dat
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -24,6 +25,8 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor, nn
+
+from avalanche_color.utils.files import torch_save_atomically
 
 IMAGE_SIZE = 16
 NUM_CLASSES = 10
@@ -102,9 +105,15 @@ def small_vit(num_classes: int = 0, seed: int = 0) -> VisionTransformer:
                              num_classes=num_classes)
 
 
-def pretrained_vit(split: DigitsSplit, cache: Path, *, epochs: int = 60, seed: int = 0,
+def pretrained_vit(split: DigitsSplit, cache_dir: Path, *, epochs: int = 60, seed: int = 0,
                    log: Callable[[str], None] = print) -> dict[str, Tensor]:
-    """Weights of :func:`small_vit` pretrained on the held-out plain digits (cached on disk)."""
+    """Weights of :func:`small_vit` pretrained on the held-out plain digits (cached on disk).
+
+    The cache file is keyed by everything that produced it: seed, epochs, this module's
+    code and the torch version, so a change to any of them pretrains again.
+    """
+    code = hashlib.blake2b(Path(__file__).read_bytes() + torch.__version__.encode(), digest_size=6).hexdigest()
+    cache = cache_dir / f"digits_vit_seed{seed}_epochs{epochs}_{code}.pt"
     if cache.exists():
         return torch.load(cache, map_location="cpu")
     model = small_vit(NUM_CLASSES, seed)
@@ -126,6 +135,5 @@ def pretrained_vit(split: DigitsSplit, cache: Path, *, epochs: int = 60, seed: i
     log(f"pretrained the backbone on {len(labels)} held-out digits for {epochs} epochs: "
         f"accuracy {accuracy:.3f} on the plain test digits")
     state = {k: v for k, v in model.state_dict().items() if not k.startswith("head.")}
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(state, cache)
+    torch_save_atomically(state, cache)
     return state

@@ -1,4 +1,4 @@
-"""Streams from the offline archives (``../shared/data``): PACS by domain, Tiny-ImageNet by class.
+"""Streams that need no download at run time: PACS by domain, Tiny-ImageNet by class, from local files.
 
 The images are decoded once into uint8 tensors at the backbone's ``image_size`` and cached
 (see :mod:`benchmarks.streams.archives`); Avalanche applies the ViT transforms per sample, the
@@ -27,8 +27,13 @@ from torch import Tensor
 from torch.utils.data import TensorDataset
 
 from benchmarks.streams import archives
-from benchmarks.streams.archives import DATA_DIR, Archive, cached, decode_images
-from benchmarks.streams.tiny_imagenet import DEFAULT_PATH, PRETRAIN_CLASSES, load_tiny_imagenet
+from benchmarks.streams.archives import Archive, cached, data_path, decode_images
+from benchmarks.streams.tiny_imagenet import FILE_NAME as TINY_IMAGENET_FILE
+from benchmarks.streams.tiny_imagenet import PRETRAIN_CLASSES, load_tiny_imagenet
+from benchmarks.streams.tiny_imagenet import SOURCE as TINY_IMAGENET_SOURCE
+
+PACS_FILE = "pacs-64px.zip"
+PACS_SOURCE = "PACS is published at https://domaingeneralization.github.io/#data (read here in its own layout)"
 from benchmarks.streams.transforms import vit_transforms
 
 PACS_DOMAINS = ("art_painting", "cartoon", "photo", "sketch")
@@ -41,7 +46,7 @@ DEFAULT_STD = (0.5, 0.5, 0.5)
 
 
 def pacs(
-    path: str | Path = DATA_DIR / "pacs-64px.zip",
+    path: Optional[str | Path] = None,
     *,
     image_size: int = 32,
     mean: Sequence[float] = DEFAULT_MEAN,
@@ -72,6 +77,7 @@ def pacs(
     if not isinstance(test_fraction, (int, float)) or not 0 < test_fraction < 1:
         raise ValueError(f"test_fraction must be a number strictly between 0 and 1, got {test_fraction!r}")
     train_transform, eval_transform = vit_transforms(image_size, mean, std)
+    path = data_path(path, PACS_FILE, "PACS", PACS_SOURCE)
     data = load_pacs(path, image_size=image_size, cache_dir=cache_dir)
     train, test = [], []
     for domain in domains:
@@ -87,11 +93,11 @@ def pacs(
                              train_transform=train_transform, eval_transform=eval_transform)
 
 
-def load_pacs(path: str | Path = DATA_DIR / "pacs-64px.zip", *, image_size: int = 32,
+def load_pacs(path: Optional[str | Path] = None, *, image_size: int = 32,
               cache_dir: Optional[Path] = None) -> dict[str, Tensor]:
     """All PACS images, decoded once and cached: ``images`` (N, 3, S, S) uint8, ``labels`` (index
     into :data:`PACS_CLASSES`) and ``domain_ids`` (index into :data:`PACS_DOMAINS`), in file-name order."""
-    archive = Archive(path)
+    archive = Archive(data_path(path, PACS_FILE, "PACS", PACS_SOURCE))
     cache = _cache_dir(cache_dir) / f"pacs_{archive.fingerprint()}_{image_size}px.pt"
     return cached(cache, lambda: _decode_pacs(archive, image_size))
 
@@ -132,7 +138,7 @@ def stratified_split(labels: Tensor, test_fraction: float, rng: np.random.Genera
 
 
 def split_tiny_imagenet(
-    path: str | Path = DEFAULT_PATH,
+    path: Optional[str | Path] = None,
     *,
     experiences: int = 10,
     image_size: int = 32,
@@ -173,6 +179,7 @@ def split_tiny_imagenet(
                                         or train_per_class < 1):
         raise ValueError(f"train_per_class must be a positive int or None, got {train_per_class!r}")
     train_transform, eval_transform = vit_transforms(image_size, mean, std)
+    path = data_path(path, TINY_IMAGENET_FILE, "Tiny-ImageNet", TINY_IMAGENET_SOURCE)
     data = load_tiny_imagenet(path, image_size=image_size, cache_dir=_cache_dir(cache_dir))
     stop = PRETRAIN_CLASSES + TINY_IMAGENET_STREAM_CLASSES
     if len(data.wnids) != stop:

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import torch
 from torch import Tensor
 
-from benchmarks.streams.archives import CACHE_DIR, DATA_DIR, Archive, cached, decode_images
+from benchmarks.streams.archives import CACHE_DIR, Archive, cached, data_path, decode_images
 
-DEFAULT_PATH = DATA_DIR / "tiny-imagenet-200-32px.zip"
+FILE_NAME = "tiny-imagenet-200-32px.zip"
+SOURCE = ("Tiny-ImageNet is published at http://cs231n.stanford.edu/tiny-imagenet-200.zip (64 px; "
+          "decoded at the backbone's size here)")
 PRETRAIN_CLASSES = 100
 
 
@@ -35,10 +38,10 @@ class TinyImageNet:
                             self.val_images[keep_val], self.val_labels[keep_val])
 
 
-def load_tiny_imagenet(path: str | Path = DEFAULT_PATH, *, image_size: int = 32,
+def load_tiny_imagenet(path: Optional[str | Path] = None, *, image_size: int = 32,
                        cache_dir: Path = CACHE_DIR) -> TinyImageNet:
     """All 200 classes, train and val, decoded once and cached as tensors."""
-    archive = Archive(path)
+    archive = Archive(data_path(path, FILE_NAME, "Tiny-ImageNet", SOURCE))
     cache = cache_dir / f"tiny_imagenet_{archive.fingerprint()}_{image_size}px.pt"
     return TinyImageNet(**cached(cache, lambda: _decode(archive, image_size)))
 

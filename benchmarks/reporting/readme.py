@@ -1,0 +1,67 @@
+"""The README's result tables, written from the committed results files, never by hand.
+
+    python -m benchmarks.reporting.readme            # rewrite every table in README.md
+    python -m benchmarks.reporting.readme --check    # exit 1 if a table differs from its results
+
+A table's place in README.md is marked by a pair of comments naming its results folder
+(``benchmarks/results/<name>/results.json``, written by ``python -m benchmarks.compare``)::
+
+    <!-- results: digits_class -->
+    ...
+    <!-- end results -->
+
+Between them goes the command that produced the results, the table (without wall time, which
+differs between runs), and the machine it ran on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+from benchmarks.reporting import markdown_table, summary_rows
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+RESULTS = ROOT / "benchmarks" / "results"
+BLOCK = re.compile(r"(<!-- results: (?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- end results -->)", re.DOTALL)
+
+
+def render(name: str, results: Path = RESULTS) -> str:
+    """The README block for ``benchmarks/results/<name>``: command, table, machine."""
+    result = json.loads((results / name / "results.json").read_text())
+    command = result["config"].get("command") or "python -m benchmarks.compare ..."
+    # Wall time differs between runs and machines: it stays in summary.md, out of the README.
+    rows = [{column: value for column, value in row.items() if column != "minutes / run"}
+            for row in summary_rows(result["runs"])]
+    return f"```bash\n{command}\n```\n\n{markdown_table(rows)}\n\nMade on {result['device']}.\n"
+
+
+def updated(text: str, results: Path = RESULTS) -> str:
+    """``text`` with every results block rewritten from its results file."""
+    return BLOCK.sub(lambda m: m.group(1) + render(m["name"], results) + m.group(4), text)
+
+
+def stale_blocks(text: str, results: Path = RESULTS) -> list[str]:
+    """Names of the blocks whose content differs from their results file."""
+    return [m["name"] for m in BLOCK.finditer(text) if m["body"] != render(m["name"], results)]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="only check; exit 1 if a table is stale")
+    args = parser.parse_args(argv)
+    text = README.read_text()
+    if args.check:
+        stale = stale_blocks(text)
+        if stale:
+            sys.exit(f"README tables differ from their results: {stale}; run python -m benchmarks.reporting.readme")
+        return
+    README.write_text(updated(text))
+
+
+if __name__ == "__main__":
+    main()
