@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from avalanche_color import L2P, SPrompts
-from benchmarks.compare.runner import ComparisonConfig, _plan, run_comparison
+from benchmarks.compare import ComparisonConfig, run_comparison
+from benchmarks.compare.plan import plan_runs
 from benchmarks.compare.methods import METHODS, Budget, Hyperparameters, build_strategy, trainable_parameters_per_experience
 from benchmarks.streams.registry import benchmark_spec
 from streams import class_stream, tiny_vit
@@ -31,7 +32,7 @@ def test_build_strategy_uses_the_papers_prompt_sizes_and_counts_what_one_experie
 def test_prompt_methods_run_for_every_seed_and_s_prompts_for_every_k(tmp_path):
     config = ComparisonConfig(benchmark="digits_class", methods=("S-Prompts", "L2P", "Naive"), seeds=(0, 1),
                               ks=(2, 4), out=tmp_path)
-    plan = [(label, seed, k) for _, label, seed, _, k in _plan(config, benchmark_spec("digits_class"))]
+    plan = [(label, seed, k) for _, label, seed, _, k in plan_runs(config, benchmark_spec("digits_class"))]
     assert plan == [("S-Prompts k=2", 0, 2), ("S-Prompts k=2", 1, 2), ("S-Prompts k=4", 0, 4),
                     ("S-Prompts k=4", 1, 4), ("L2P", 0, 2), ("L2P", 1, 2), ("Naive", 0, 2)]
 

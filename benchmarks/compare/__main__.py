@@ -1,5 +1,82 @@
 """``python -m benchmarks.compare``: the comparison runner's command line (see :mod:`benchmarks.compare.runner`)."""
 
-from benchmarks.compare.runner import main
+from __future__ import annotations
 
-main()
+import argparse
+import os
+import shlex
+import sys
+import warnings
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+from avalanche.distributed import DistributedHelper
+
+from avalanche_color.training.distributed import is_distributed
+from benchmarks.compare import runner
+from benchmarks.compare.config import LOGGERS, RESULTS, ComparisonConfig
+from benchmarks.compare.methods import METHODS
+from benchmarks.compare.runner import run_comparison
+from benchmarks.streams.registry import BENCHMARKS
+
+
+def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=runner.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--benchmark", required=True, choices=sorted(BENCHMARKS))
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--baseline-seeds", nargs="+", type=int, help="default: the first of --seeds")
+    parser.add_argument("--epochs", type=int, default=ComparisonConfig.epochs)
+    parser.add_argument("--batch-size", type=int, default=ComparisonConfig.batch_size)
+    parser.add_argument("--backbone", help="timm name, checkpoint file, 'offline' or 'digits' (default: the benchmark's)")
+    parser.add_argument("--data", type=Path, help="the data set's zip or folder (default: the benchmark's)")
+    parser.add_argument("--rank", nargs="+", type=int, default=list(ComparisonConfig.ranks))
+    parser.add_argument("--k", nargs="+", type=int, help="prototypes per experience (default: the paper's rule)")
+    parser.add_argument("--color-lr", type=float, default=ComparisonConfig.color_lr)
+    parser.add_argument("--baseline-lr", type=float, default=ComparisonConfig.baseline_lr)
+    parser.add_argument("--train-per-class", type=int, help="subsample the training data (split_tiny_imagenet)")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--name", help="output folder under benchmarks/results (default: the benchmark)")
+    parser.add_argument("--loggers", nargs="*", default=list(LOGGERS), choices=LOGGERS)
+    parser.add_argument("--wandb-project", help="log every run to this W&B project")
+    parser.add_argument("--wandb-entity")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue an interrupted comparison in the same folder from its checkpoints")
+    parser.add_argument("--checkpoint-epochs", type=int,
+                        help="also checkpoint CoLoR runs every this many epochs (default: after each experience)")
+    args = parser.parse_args(argv)
+    # Avalanche's notices about its own internals, not about this run: kept off the terminal.
+    warnings.filterwarnings("ignore", message="No loggers specified")
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"avalanche\.")
+    command = "python -m benchmarks.compare " + shlex.join(sys.argv[1:] if argv is None else argv)
+    config = ComparisonConfig(
+        benchmark=args.benchmark, methods=tuple(args.methods), seeds=tuple(args.seeds),
+        baseline_seeds=tuple(args.baseline_seeds) if args.baseline_seeds else None, epochs=args.epochs,
+        batch_size=args.batch_size, backbone=args.backbone, data=args.data, ranks=tuple(args.rank),
+        ks=tuple(args.k) if args.k else None, color_lr=args.color_lr, baseline_lr=args.baseline_lr,
+        train_per_class=args.train_per_class, device=args.device,
+        out=RESULTS / args.name if args.name else None, loggers=tuple(args.loggers),
+        wandb_project=args.wandb_project, wandb_entity=args.wandb_entity, resume=args.resume,
+        checkpoint_epochs=args.checkpoint_epochs, command=command)
+    if launched_by_torchrun():
+        cuda = torch.cuda.is_available()
+        DistributedHelper.init_distributed(config.seeds[0], backend="nccl" if cuda else "gloo", use_cuda=cuda)
+    main_process = DistributedHelper.is_main_process  # read before the process group goes
+    try:
+        result = run_comparison(config, progress=main_process)
+    finally:
+        if is_distributed():
+            torch.distributed.destroy_process_group()
+    if main_process:
+        print(f"\n{result['table']}\n\nwritten to {config.out or RESULTS / config.benchmark}")
+    return result
+
+
+def launched_by_torchrun() -> bool:
+    """Whether torchrun started this process as one of several."""
+    return "LOCAL_RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""One run of a comparison: a method on a benchmark with one seed, trained and evaluated experience by experience."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any, Optional
+
+from avalanche.distributed import DistributedHelper
+from avalanche.training.determinism.rng_manager import RNGManager
+from timm.models.vision_transformer import VisionTransformer
+
+from avalanche_color import train_stream
+from avalanche_color.utils.files import write_atomically
+from benchmarks.backbones import data_config, load_backbone, with_head
+from benchmarks.compare.config import RESULTS, ComparisonConfig
+from benchmarks.compare.loggers import avalanche_loggers, wandb_logger
+from benchmarks.compare.methods import (COLOR_ROUTING, PROTOTYPE_ROUTED, Budget, Hyperparameters, build_strategy,
+                                        trainable_parameters_per_experience)
+from benchmarks.compare.results import slug
+from benchmarks.reporting import forgetting, weighted_mean
+from benchmarks.streams.registry import BenchmarkSpec
+
+PER_EXPERIENCE = re.compile(r"^(?P<metric>\w+)/eval_phase/test_stream/Task\d+/Exp(?P<experience>\d+)$")
+
+
+def load_comparison_backbone(spec: str) -> VisionTransformer:
+    if spec == "digits":
+        from benchmarks.streams.digits import digits_split, pretrained_vit, small_vit
+        model = small_vit(0)
+        model.load_state_dict(pretrained_vit(digits_split(0), RESULTS / "cache"))
+        return model.eval()
+    return load_backbone(spec)
+
+
+def build_stream(spec: BenchmarkSpec, config: ComparisonConfig, backbone: VisionTransformer, seed: int,
+                  task_labels: bool):
+    data = data_config(backbone)
+    return spec.build(config.data, data["input_size"][-1], data["mean"], data["std"], seed, task_labels,
+                      config.train_per_class)
+
+
+def run_method(method: str, label: str, seed: int, rank: int, k: int, benchmark, spec: BenchmarkSpec,
+         backbone: VisionTransformer, budget: Budget, hp: Hyperparameters, config: ComparisonConfig,
+         out: Path) -> dict[str, Any]:
+    name = f"{slug(label)}_seed{seed}"
+    record = out / "runs" / f"{name}.json"
+    if config.resume and record.exists():  # finished before the interruption
+        return json.loads(record.read_text())
+    RNGManager.set_random_seeds(seed)
+    main_process = DistributedHelper.is_main_process  # True when not distributed
+    with ExitStack() as stack:
+        # Under torchrun the metrics are gathered on every rank; rank 0 alone logs them.
+        loggers = (avalanche_loggers(config.loggers, out / "logs" / name, stack, append=config.resume)
+                   if main_process else [])
+        wandb = wandb_logger(config, label, method, seed, rank, k, out) if main_process else None
+        if wandb is not None:
+            loggers.append(stack.enter_context(wandb))  # finished even if training fails
+        strategy = build_strategy(method, lambda classes: with_head(copy.deepcopy(backbone), classes),
+                                  spec.num_classes, budget, hp, loggers)
+        count = len(benchmark.train_stream)
+        test_sizes = [len(experience.dataset) for experience in benchmark.test_stream]
+        wall, cpu = time.perf_counter(), time.process_time()
+        # After each experience, evaluated on the experiences seen so far: oracle routing has no
+        # expert for a future task, and after the last one this is the whole test stream.
+        checkpoint = out / "checkpoints" / f"{name}.ckpt" if method in COLOR_ROUTING and main_process else None
+        records = train_stream(strategy, benchmark, checkpoint=checkpoint, resume=config.resume,
+                               every_n_epochs=config.checkpoint_epochs if checkpoint else None)
+        matrix = [_per_experience(metrics, "Top1_Acc_Exp", count) for metrics in records]
+        metrics = records[-1]
+        run = {
+            "label": label, "method": method, "seed": seed,
+            "rank": rank if method in COLOR_ROUTING else None, "k": k if method in PROTOTYPE_ROUTED else None,
+            "accuracy_matrix": matrix,
+            "average_accuracy": weighted_mean(matrix[-1], test_sizes),
+            "forgetting": forgetting(matrix),
+            "routing_accuracy": (weighted_mean(_per_experience(metrics, "RoutingAcc_Exp", count), test_sizes)
+                                 if method in PROTOTYPE_ROUTED else None),
+            "trainable_parameters_per_experience": trainable_parameters_per_experience(strategy),
+            "wall_seconds": time.perf_counter() - wall,
+            "cpu_seconds": time.process_time() - cpu,
+        }
+        if wandb is not None:
+            wandb.run.summary.update({key: value for key, value in run.items()
+                                             if isinstance(value, (int, float))})
+    if main_process:
+        write_atomically(record, (json.dumps(run, indent=2) + "\n").encode())
+    return run
+
+
+def _per_experience(metrics: dict[str, float], metric: str, count: int) -> list[Optional[float]]:
+    """An Avalanche per-experience metric as a list (None for experiences not evaluated yet)."""
+    row: list[Optional[float]] = [None] * count
+    for name, value in metrics.items():
+        match = PER_EXPERIENCE.match(name)
+        if match and match["metric"] == metric:
+            row[int(match["experience"])] = value
+    return row
