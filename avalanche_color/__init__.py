@@ -32,7 +32,7 @@ from avalanche_color.peers.l2p.strategy import L2P
 from avalanche_color.peers.s_prompts.model import PromptExpertViT
 from avalanche_color.peers.s_prompts.strategy import SPrompts
 from avalanche_color.routing.plugin import PrototypeRouterPlugin
-from avalanche_color.routing.prototypes import fit_prototypes
+from avalanche_color.routing.prototypes import fit_class_prototypes, fit_prototypes
 from avalanche_color.routing.router import PrototypeRouter
 from avalanche_color.training.checkpoint import CheckpointError, read_checkpoint
 from avalanche_color.training.data_checks import DataChecksPlugin
@@ -67,6 +67,7 @@ __all__ = [
     "SPrompts",
     "SPromptsConfig",
     "WandBLogger",
+    "fit_class_prototypes",
     "fit_prototypes",
     "read_checkpoint",
     "routing_accuracy_metrics",

@@ -206,6 +206,10 @@ class PrototypeOptions(Options):
         prototype_data: embed the experience with its ``"train"`` transforms (as the
             loader gives it, S-Prompts' choice) or its ``"eval"`` transforms.
         prototype_batch_size: batch size of the embedding pass; None: the eval mini-batch size.
+        prototypes_per_class: beyond the paper, off by default: fit this many k-means
+            centres within each class of the experience (at most the class's sample count),
+            from the training labels CoLoR already has, instead of ``k`` centres over the
+            whole experience; every class then owns prototypes near its own samples.
     """
 
     k: int = option(5, check_positive_int)
@@ -213,6 +217,7 @@ class PrototypeOptions(Options):
     kmeans_n_init: int = option(10, check_positive_int)
     prototype_data: PrototypeData = option("train", one_of(PROTOTYPE_DATA))
     prototype_batch_size: Optional[int] = option(None, optional(check_positive_int))
+    prototypes_per_class: Optional[int] = option(None, optional(check_positive_int))
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from avalanche_color import PrototypeRouter, fit_prototypes
+from avalanche_color import PrototypeRouter, fit_class_prototypes, fit_prototypes
 from helpers import stream_metric, tiny_color, train_all
 from streams import class_stream, domain_stream
 
@@ -101,3 +101,26 @@ def test_distance_options_agree_with_their_definitions(distance):
 def test_kmeans_is_seeded():
     features = torch.randn(50, 8, generator=torch.Generator().manual_seed(0))
     assert torch.equal(fit_prototypes(features, 4, seed=3), fit_prototypes(features, 4, seed=3))
+
+
+def test_class_prototypes_fit_each_class_on_its_own_samples():
+    generator = torch.Generator().manual_seed(0)
+    offsets = torch.tensor([[10.0, 0.0], [0.0, 10.0], [-10.0, 0.0]])
+    labels = torch.tensor([0, 1, 2]).repeat_interleave(6)
+    labels[-1] = 1  # class 2 keeps 5 samples; ask for more centres than some classes have
+    features = offsets[labels] + 0.1 * torch.randn(len(labels), 2, generator=generator)
+    centres = fit_class_prototypes(features, labels, 3)
+    assert centres.shape == (9, 2)
+    for index, centre in enumerate(centres):  # class by class, each centre near its own class
+        assert torch.cdist(centre[None], offsets).argmin() == index // 3
+    few = fit_class_prototypes(features[:2], labels[:2], 4)  # one class, two samples
+    assert few.shape == (2, 2)
+
+
+def test_per_class_prototypes_give_every_class_its_own_and_learn():
+    strategy = tiny_color(prototypes_per_class=2)
+    benchmark = class_stream()
+    results = train_all(strategy, benchmark)
+    owners = strategy.model.router.owners.tolist()
+    assert owners == [0, 0, 0, 0, 1, 1, 1, 1]  # 2 classes x 2 centres per expert, k unused
+    assert stream_metric(results, "Top1_Acc") > 0.6  # chance: 0.25

@@ -11,8 +11,8 @@ from torch.utils.data import DataLoader, Subset
 
 from avalanche_color.config import PrototypeOptions
 from avalanche_color.experts.routed_vit import RoutedExpertViT
-from avalanche_color.routing.prototypes import fit_prototypes
-from avalanche_color.training.distributed import is_distributed, shard, shared_prototypes
+from avalanche_color.routing.prototypes import fit_class_prototypes, fit_prototypes
+from avalanche_color.training.distributed import gather_features, is_distributed, shard, shared_prototypes
 from avalanche_color.utils.rng import seeded
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ class PrototypeRouterPlugin(SupervisedPlugin, supports_distributed=True):
     def before_train_dataset_adaptation(self, strategy: "SupervisedTemplate", **kwargs: Any) -> None:
         # Runs before the new expert is created, so a refused experience leaves no trace.
         size = len(strategy.experience.dataset)
-        if self.config.k > size:
+        if self.config.prototypes_per_class is None and self.config.k > size:
             raise ValueError(
                 f"k must be at most the experience's sample count: k={self.config.k}, experience "
                 f"{strategy.experience.current_experience} has {size} samples"
@@ -87,16 +87,22 @@ class PrototypeRouterPlugin(SupervisedPlugin, supports_distributed=True):
             dataset = Subset(dataset, shard(len(dataset), DistributedHelper.rank, DistributedHelper.world_size))
         was_training = model.training
         model.eval()
+        features, labels = [], []
         # Seeded, and the run's generators untouched: the same prototypes whenever they are fitted.
         with seeded(config.kmeans_seed):
-            features = [
-                model.routing_features(batch[0].to(strategy.device))
-                for batch in DataLoader(dataset, batch_size=batch_size, shuffle=False)
-            ]
+            for batch in DataLoader(dataset, batch_size=batch_size, shuffle=False):
+                features.append(model.routing_features(batch[0].to(strategy.device)))
+                labels.append(torch.as_tensor(batch[1], device=strategy.device))
         model.train(was_training)
         local = torch.cat(features) if features else torch.empty(0, model.num_features, device=strategy.device)
-        centres = shared_prototypes(
-            local, lambda f: fit_prototypes(f, config.k, seed=config.kmeans_seed, n_init=config.kmeans_n_init))
+        if config.prototypes_per_class is None:
+            centres = shared_prototypes(local, lambda f: fit_prototypes(
+                f, config.k, seed=config.kmeans_seed, n_init=config.kmeans_n_init))
+        else:
+            all_labels = gather_features(torch.cat(labels) if labels else torch.empty(0, dtype=torch.long))
+            centres = shared_prototypes(local, lambda f: fit_class_prototypes(
+                f, all_labels.to(f.device), config.prototypes_per_class, seed=config.kmeans_seed,
+                n_init=config.kmeans_n_init))
         model.router.set_prototypes(expert, centres)
 
 

@@ -27,3 +27,23 @@ def fit_prototypes(features: Tensor, k: int, *, seed: int = 0, n_init: int = 10)
     kmeans = KMeans(n_clusters=k, random_state=seed, n_init=n_init).fit(data)
     centres = np.asarray(kmeans.cluster_centers_)
     return torch.from_numpy(centres).to(features.device, features.dtype)
+
+
+def fit_class_prototypes(features: Tensor, labels: Tensor, per_class: int, *, seed: int = 0,
+                         n_init: int = 10) -> Tensor:
+    """k-means centres within each class: ``per_class`` per class (fewer for a class with fewer samples).
+
+    Args:
+        features: (n, d) features of the experience's training samples.
+        labels: (n,) their class labels.
+        per_class: centres per class.
+        seed, n_init: as in :func:`fit_prototypes`.
+
+    Returns:
+        (m, d) centres, class by class in increasing class order.
+    """
+    if features.shape[0] != labels.shape[0]:
+        raise ValueError(f"features and labels must have the same length, got {features.shape[0]} and {labels.shape[0]}")
+    centres = [fit_prototypes(features[labels == c], min(per_class, int((labels == c).sum())), seed=seed, n_init=n_init)
+               for c in labels.unique().tolist()]
+    return torch.cat(centres)
