@@ -20,8 +20,13 @@ def test_image_keys_follow_content():
     assert image_keys(changed)[1] != keys[1]
 
 
+@pytest.mark.parametrize("keys", ["bytes", "device digests"])
 @pytest.mark.parametrize("routing", ["backbone", "first_expert"])
-def test_cached_evaluation_equals_uncached_after_every_experience(routing):
+def test_cached_evaluation_equals_uncached_after_every_experience(routing, keys, monkeypatch):
+    if keys == "device digests":  # the keys an accelerator uses, here on the CPU
+        from avalanche_color.experts import routed_vit
+        from avalanche_color.routing.eval_cache import device_digests
+        monkeypatch.setattr(routed_vit, "image_keys", lambda x: [r.tobytes() for r in device_digests(x).numpy()])
     benchmark = class_stream(num_experiences=3)
     cached = tiny_color(routing=routing, train_epochs=2, cache_evaluation=True)
     plain = tiny_color(routing=routing, train_epochs=2)
@@ -66,3 +71,29 @@ def test_cache_never_stores_the_training_expert():
     with torch.no_grad():
         model(torch.randn(4, 3, 16, 16))
     assert not model.eval_cache.logits
+
+
+def test_device_digests_tell_images_apart_and_depend_only_on_each_image():
+    from avalanche_color.routing.eval_cache import device_digests
+
+    generator = torch.Generator().manual_seed(0)
+    images = torch.randn(6, 3, 16, 16, generator=generator)
+    digests = device_digests(images)
+    assert torch.equal(device_digests(images.clone()), digests)
+    assert torch.equal(device_digests(images[[3, 1]]), digests[[3, 1]])  # row by row, batch-independent
+    assert len({tuple(row) for row in digests.tolist()}) == 6
+    for trial in range(200):  # one changed value: a sign flip, the next float, or a swap of two pixels
+        changed = images.clone()
+        c, i, j = (int(v) for v in torch.randint(0, 16, (3,), generator=generator))
+        c %= 3
+        if trial % 3 == 0:
+            changed[2, c, i, j] = -changed[2, c, i, j]
+        elif trial % 3 == 1:
+            changed[2, c, i, j] = torch.nextafter(changed[2, c, i, j], torch.tensor(float("inf")))
+        else:
+            changed[2, c, i, j], changed[2, c, j, i] = images[2, c, j, i], images[2, c, i, j]
+            if torch.equal(changed, images):
+                continue
+        new = device_digests(changed)
+        assert not torch.equal(new[2], digests[2]) and torch.equal(new[[0, 1, 3, 4, 5]], digests[[0, 1, 3, 4, 5]])
+    assert device_digests(torch.zeros(2, 3, 5, 5, dtype=torch.uint8)).shape == (2, 2)  # odd byte counts

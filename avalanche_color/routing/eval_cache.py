@@ -19,9 +19,43 @@ from torch import Tensor
 
 
 def image_keys(x: Tensor) -> list[bytes]:
-    """One content hash per image of the batch."""
-    flat = x.detach().to("cpu").contiguous().view(x.shape[0], -1)
+    """One content key per image of the batch.
+
+    On the CPU, a BLAKE2b hash of the image's bytes. On an accelerator the batch is not
+    copied to the host: a 128-bit hash is computed on the device (:func:`device_digests`)
+    and only those 16 bytes per image are copied. That copy still waits for the device,
+    as any key that a Python dict can look up must; it no longer moves the images.
+    """
+    if x.device.type != "cpu":
+        return [row.tobytes() for row in device_digests(x).cpu().numpy()]
+    flat = x.detach().contiguous().view(x.shape[0], -1)
     return [hashlib.blake2b(row.numpy().tobytes(), digest_size=16).digest() for row in flat]
+
+
+_MIX = (0x9E3779B97F4A7C15 - (1 << 64), 0xBF58476D1CE4E5B9 - (1 << 64), 0x94D049BB133111EB - (1 << 64))
+
+
+def device_digests(x: Tensor) -> Tensor:
+    """(batch, 2) int64: two 64-bit hashes of each image's bytes, computed where ``x`` lives.
+
+    Every 4-byte word is mixed with its position (a splitmix64-style finaliser, so that
+    flipping any bit changes about half the bits of its term) and the terms are summed;
+    the two hashes use different position offsets.
+    """
+    raw = x.detach().contiguous().view(x.shape[0], -1)
+    if raw.element_size() != 4 or raw.shape[1] * raw.element_size() % 4:
+        raw = raw.view(torch.uint8).view(x.shape[0], -1)
+        raw = torch.nn.functional.pad(raw, (0, -raw.shape[1] % 4)).view(torch.int32)
+    words = raw.view(torch.int32).to(torch.int64)
+    positions = torch.arange(words.shape[1], device=x.device, dtype=torch.int64)
+    return torch.stack([_mix(words + (positions + 1) * _MIX[0]).sum(1),
+                        _mix(words ^ ((positions + 7) * _MIX[2])).sum(1)], dim=1)
+
+
+def _mix(z: Tensor) -> Tensor:
+    z = (z ^ (z >> 30)) * _MIX[1]
+    z = (z ^ (z >> 27)) * _MIX[2]
+    return z ^ (z >> 31)
 
 
 class EvalCache:
