@@ -24,11 +24,8 @@ from avalanche_color.routing.segments import ExpertSelection
 class ExpertViT(RoutedExpertViT):
     """CoLoR's model: a frozen ViT, LoRA experts on q and v of every block, their heads.
 
-    In training mode the newest expert predicts (Avalanche adds one per new
-    training experience through :meth:`adaptation`). In eval mode each sample is
-    routed to the expert of its nearest prototype, or, with ``routing="oracle"``,
-    to the expert trained on its task label. Outputs cover the global class
-    space: classes the chosen expert does not know get ``-inf``.
+    Experts, heads, routing and outputs are those of :class:`RoutedExpertViT`; an
+    expert here is one :class:`~avalanche_color.lora.qv_experts.QVLoRA` per block.
 
     Args:
         vit: a timm ``VisionTransformer``; it is adapted in place and frozen.

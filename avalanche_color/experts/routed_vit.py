@@ -33,8 +33,8 @@ from avalanche_color.training.experiences import experience_classes, experience_
 class RoutedExpertViT(MultiTaskModule):
     """Base of the routed expert models: a frozen ViT, one expert and head per experience.
 
-    In training mode the newest expert predicts (Avalanche adds one per new
-    training experience through :meth:`adaptation`). In eval mode each sample is
+    In training mode the newest expert predicts (Avalanche's model adaptation adds
+    one per training experience, see :meth:`adaptation`). In eval mode each sample is
     routed to the expert of its nearest prototype, or, with ``routing="oracle"``,
     to the expert trained on its task label. Outputs cover the global class
     space: classes the chosen expert does not know get ``-inf``.

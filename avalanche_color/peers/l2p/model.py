@@ -1,11 +1,8 @@
 """L2P's model: a frozen timm ViT, a shared prompt pool with keys, and one growing head.
 
-The project's own implementation of the paper, not Avalanche's ``LearningToPrompt``:
-that one builds its ViT from a fixed list of 224 px model names, hard-codes
-768-wide heads, keeps a second full ViT for the queries and fails with timm 1.x.
-Here the user's ViT is used as it is (width, depth, image size and prefix
-tokens read from the model), and the query is the same frozen ViT run
-without prompts.
+Any timm ViT as it is (width, depth, image size and prefix tokens read from the
+model); the query is the same frozen ViT run without prompts. Why this is not
+Avalanche's ``LearningToPrompt``: see :mod:`avalanche_color.peers.l2p.strategy`.
 """
 
 from __future__ import annotations
