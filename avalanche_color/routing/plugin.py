@@ -20,18 +20,21 @@ if TYPE_CHECKING:
 
 
 class PrototypeRouterPlugin(SupervisedPlugin, supports_distributed=True):
-    """Fit each experience's prototypes after training on it.
+    """Fit each experience's prototypes: after training on it, or sooner if an evaluation needs them.
 
     The features (frozen backbone's, or with the first expert for CoLoR++) of
     the experience's training data are clustered by k-means; the centres go to
-    the model's router, so they are part of its ``state_dict``. Works for every
+    the model's router, so they are part of its ``state_dict``. An evaluation
+    during the experience (Avalanche's periodic evaluation) fits them when it
+    starts, so it reaches the expert being trained; the pass is seeded, so these
+    are the prototypes the end of the experience would fit. Works for every
     routed expert model (CoLoR's LoRA experts, S-Prompts' prompt experts).
 
     Args: a :class:`~avalanche_color.config.PrototypeOptions` and/or its options as
     keywords: ``k``, ``kmeans_seed``, ``kmeans_n_init``, ``prototype_data``
     (``"train"`` embeds the training data as the training loader transforms it, as
-    S-Prompts does; ``"eval"`` with the eval transforms) and ``prototype_batch_size``
-    (default: the strategy's eval mini-batch size).
+    S-Prompts does; ``"eval"`` with the eval transforms), ``prototype_batch_size``
+    (default: the strategy's eval mini-batch size) and ``prototypes_per_class``.
     """
 
     def __init__(self, config: Optional[PrototypeOptions] = None, /, **options: Any) -> None:
