@@ -108,3 +108,10 @@ def test_lora_plugin_gives_any_strategy_color_experts():
     assert isinstance(strategy.model, ExpertViT) and strategy.model.num_experts == 2
     assert stream_metric(results, "RoutingAcc") == 1.0
     assert stream_metric(results, "Top1_Acc") > 0.8
+
+
+def test_a_misspelled_option_is_refused_naming_the_options_and_the_vit_stays_usable():
+    vit = tiny_vit()
+    with pytest.raises(TypeError, match=r"CoLoR got unexpected keyword arguments \['rnak'\]; its options are .*rank"):
+        CoLoR(vit, rnak=8)
+    assert CoLoR(vit, rank=8).model.rank == 8  # not adapted by the refused call

@@ -64,6 +64,7 @@ class ConfiguredStrategy(SupervisedTemplate):
         **options: Any,
     ) -> None:
         refuse_incompatible_plugins(type(self).__name__, plugins or (), self.incompatible_plugins)
+        self._refuse_unknown_keywords(options)  # before the model is adapted in place
         own = {name: options.pop(name) for name in list(options) if name in self.config_class.names()}
         model, self.config = configured_model(model, self.model_class, self.config_class, config, own)
         config = self.config
@@ -80,6 +81,19 @@ class ConfiguredStrategy(SupervisedTemplate):
             eval_every=config.eval_every,
             **options,
         )
+
+    def _refuse_unknown_keywords(self, options: dict[str, Any]) -> None:
+        accepted = set(self.config_class.names())
+        for cls in SupervisedTemplate.__mro__:  # Avalanche's keywords (peval_mode, ...)
+            parameters = inspect.signature(inspect.unwrap(cls.__init__)).parameters.values()
+            accepted.update(p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+        unknown = sorted(set(options) - accepted)
+        if unknown:
+            raise TypeError(
+                f"{type(self).__name__} got unexpected keyword arguments {unknown}; its options are "
+                f"{', '.join(self.config_class.names())} (see {self.config_class.__name__}), and Avalanche's "
+                f"SupervisedTemplate keywords"
+            )
 
     def first_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         raise NotImplementedError
