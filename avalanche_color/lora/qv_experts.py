@@ -9,8 +9,13 @@ per contiguous run of samples (a batch sorted by expert, see
 
 Two ways to compute an expert, chosen by whether gradients are needed:
 
-* low-rank: ``base(x)`` plus the update ``s x A^T B^T``, two thin matmuls. Used in training (the frozen weight gets no gradient) and for mixed
-  batches (one frozen matmul for the whole batch, one update per run of samples);
+* low-rank: ``base(x)`` plus the update ``s x A^T B^T``: one thin matmul down
+  (``x A^T`` for q and v at once) and one up per part, added onto the q and v
+  columns only (no matmul over the zero key block). Used in training, through
+  :class:`QVLowRankLinear`, whose backward computes only what is needed (input
+  gradients through the frozen weight, A and B gradients; no copies of the qkv
+  gradient), and for mixed batches without gradients (one frozen matmul for the
+  whole batch, each expert's update added in place on its run of samples);
 * merged: one matmul with ``W + s B A`` (built per forward: a d x r x 2d product,
   small next to the tokens' matmul). Used when a whole batch goes to one expert
   without gradients (oracle evaluation, a batch routed to one expert).
@@ -22,6 +27,7 @@ import math
 
 import torch
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 from avalanche_color.routing.segments import ExpertSelection
 
@@ -56,18 +62,6 @@ class QVLoRA(nn.Module):
     def down(self) -> Tensor:
         """(2r, in): A of q and A of v stacked, so both project down in one matmul."""
         return self.A.reshape(2 * self.rank, -1)
-
-    def up(self) -> Tensor:
-        """(3 out, 2r): B of q and v placed on the q and v rows of a fused qkv output.
-
-        The key rows are zero, so one matmul adds both updates and leaves k alone.
-        """
-        zeros = self.B.new_zeros(self.B.shape[1:])
-        return torch.cat((
-            torch.cat((self.B[0], zeros), dim=1),
-            torch.cat((zeros, zeros), dim=1),
-            torch.cat((zeros, self.B[1]), dim=1),
-        ))
 
 
 class QKVExperts(nn.Module):
@@ -116,12 +110,17 @@ class QKVExperts(nn.Module):
             return self.base_layer(x)
         if isinstance(selection, int):
             if torch.is_grad_enabled():
-                return self._add_low_rank_update(self.base_layer(x), x, self.experts[selection])
+                return self._low_rank_forward(x, self.experts[selection])
             return self._merged_forward(x, selection)
+        if torch.is_grad_enabled():
+            # A mixed batch with gradients (not a training path): each run on its own.
+            return torch.cat([self._low_rank_forward(x[run], self.experts[e]) for e, run in selection])
         # A mixed batch: the frozen matmul once for all samples, then each expert's
-        # low-rank update on its contiguous run (slices, no gather or scatter).
+        # low-rank update added in place on its contiguous run (slices, no gather or scatter).
         out = self.base_layer(x)
-        return torch.cat([self._add_low_rank_update(out[run], x[run], self.experts[e]) for e, run in selection])
+        for e, run in selection:
+            self._add_low_rank_update_(out[run], x[run], self.experts[e])
+        return out
 
     def merged_weight(self, expert: int) -> Tensor:
         """The qkv weight with ``expert``'s q and v updates folded in."""
@@ -133,12 +132,80 @@ class QKVExperts(nn.Module):
     def _merged_forward(self, x: Tensor, expert: int) -> Tensor:
         return nn.functional.linear(x, self.merged_weight(expert), self.base_layer.bias)
 
-    def _add_low_rank_update(self, out: Tensor, x: Tensor, expert: QVLoRA) -> Tensor:
-        """``out`` plus ``x``'s q and v updates: ``out + s (x A^T) B^T`` in one fused addmm.
+    def _low_rank_forward(self, x: Tensor, expert: QVLoRA) -> Tensor:
+        """``base(x)`` plus ``expert``'s q and v updates, differentiable (see :class:`QVLowRankLinear`)."""
+        weight, bias = self.base_layer.weight, self.base_layer.bias
+        device_type = x.device.type
+        if torch.is_autocast_enabled(device_type):
+            # Autocast does not reach inside a custom Function: cast as it would cast a
+            # linear layer (everything to the autocast dtype), then compute in that dtype.
+            dtype = torch.get_autocast_dtype(device_type)
+            with torch.autocast(device_type, enabled=False):
+                cast = lambda t: None if t is None else t.to(dtype)  # noqa: E731
+                return QVLowRankLinear.apply(cast(x), cast(weight), cast(bias), cast(expert.A), cast(expert.B),
+                                             expert.scaling)
+        return QVLowRankLinear.apply(x, weight, bias, expert.A, expert.B, expert.scaling)
 
-        Out of place on purpose: an in-place add on slices of ``out`` costs a copy
-        of the whole qkv gradient per layer in the backward pass.
-        """
-        low = x.reshape(-1, x.shape[-1]) @ expert.down().T
-        updated = torch.addmm(out.reshape(-1, out.shape[-1]), low, expert.up().T, alpha=expert.scaling)
-        return updated.view(out.shape)
+    @staticmethod
+    def _add_low_rank_update_(out: Tensor, x: Tensor, expert: QVLoRA) -> None:
+        """Add ``x``'s q and v updates onto ``out`` in place (no gradients)."""
+        out2 = out.view(-1, out.shape[-1])
+        low = (x.reshape(-1, x.shape[-1]) @ expert.down().T).to(out.dtype)
+        _add_qv_update_(out2, low, expert.B.to(out.dtype), expert.scaling)
+
+
+def _add_qv_update_(out: Tensor, low: Tensor, B: Tensor, scaling: float) -> None:
+    """``out[:, q] += s low_q B_q^T`` and ``out[:, v] += s low_v B_v^T``, in place on 2-d ``out``."""
+    d, r = B.shape[1], B.shape[2]
+    out[:, :d].addmm_(low[:, :r], B[0].T, alpha=scaling)
+    out[:, 2 * d :].addmm_(low[:, r:], B[1].T, alpha=scaling)
+
+
+class QVLowRankLinear(torch.autograd.Function):
+    """``linear(x, W, b)`` plus the q and v LoRA updates, with a backward that does only what is needed.
+
+    Forward: the frozen matmul, then ``x A^T`` (both parts in one matmul) and one
+    thin matmul per part added in place onto the q and v columns of the output.
+    Backward, with ``g`` the output gradient and ``g_q``, ``g_v`` its q and v columns
+    (views): ``dlow = s [g_q B_q | g_v B_v]``, ``dx = g W + dlow A`` (one addmm),
+    ``dA = dlow^T x``, ``dB = s g^T low``; ``W`` and ``b`` get gradients only if
+    they require them (a frozen backbone's do not). Autograd through the plain
+    composition would instead multiply by the zero key block of a fused
+    ``[B_q 0; 0 0; 0 B_v]`` in both directions.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor, A: Tensor, B: Tensor, scaling: float) -> Tensor:
+        x2 = x.reshape(-1, x.shape[-1])
+        out = nn.functional.linear(x2, weight, bias)
+        low = x2 @ A.reshape(-1, A.shape[-1]).T
+        _add_qv_update_(out, low, B, scaling)
+        ctx.save_for_backward(x2, weight, A, B, low)
+        ctx.scaling = scaling
+        ctx.has_bias = bias is not None
+        return out.view(*x.shape[:-1], out.shape[-1])
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: Tensor):
+        x2, weight, A, B, low = ctx.saved_tensors
+        s = ctx.scaling
+        d, r = B.shape[1], B.shape[2]
+        g = grad.reshape(-1, grad.shape[-1])
+        g_q, g_v = g[:, :d], g[:, 2 * d :]
+        need_x, need_w, need_b, need_a, need_b_lora = ctx.needs_input_grad[:5]
+        dx = dw = db = da = dB = None
+        if need_x or need_a:
+            dlow = torch.cat((g_q @ B[0], g_v @ B[1]), dim=1).mul_(s)
+            A2 = A.reshape(2 * r, -1)
+            if need_x:
+                dx = torch.addmm(g @ weight, dlow, A2).view(*grad.shape[:-1], x2.shape[-1])
+            if need_a:
+                da = (dlow.T @ x2).view(A.shape)
+        if need_b_lora:
+            dB = torch.stack((g_q.T @ low[:, :r], g_v.T @ low[:, r:])).mul_(s)
+        if need_w:
+            dw = g.T @ x2
+        if need_b and ctx.has_bias:
+            db = g.sum(0)
+        return dx, dw, db, da, dB, None
