@@ -17,6 +17,7 @@ from avalanche_color.training.distributed import is_distributed
 from benchmarks.compare import runner
 from benchmarks.compare.config import LOGGERS, RESULTS, ComparisonConfig
 from benchmarks.compare.methods import METHODS
+from benchmarks.compare.presets import PAPER, PRESETS
 from benchmarks.compare.runner import run_comparison
 from benchmarks.streams.registry import BENCHMARKS
 
@@ -27,14 +28,19 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--baseline-seeds", nargs="+", type=int, help="default: the first of --seeds")
-    parser.add_argument("--epochs", type=int, default=ComparisonConfig.epochs)
-    parser.add_argument("--batch-size", type=int, default=ComparisonConfig.batch_size)
+    parser.add_argument("--preset", choices=sorted(PRESETS),
+                        help="named settings for the benchmark (paper: the paper's rank, k, batch, epochs, lr, "
+                             f"weight decay and backbone, for {', '.join(sorted(PAPER))}); flags given override it")
+    parser.add_argument("--epochs", type=int, help=f"default: {ComparisonConfig.epochs}")
+    parser.add_argument("--batch-size", type=int, help=f"default: {ComparisonConfig.batch_size}")
     parser.add_argument("--backbone", help="timm name, checkpoint file, 'offline' or 'digits' (default: the benchmark's)")
     parser.add_argument("--data", type=Path, help="the data set's zip or folder (default: the benchmark's)")
-    parser.add_argument("--rank", nargs="+", type=int, default=list(ComparisonConfig.ranks))
+    parser.add_argument("--rank", nargs="+", type=int, help=f"default: {ComparisonConfig.ranks[0]}")
     parser.add_argument("--k", nargs="+", type=int, help="prototypes per experience (default: the paper's rule)")
-    parser.add_argument("--color-lr", type=float, default=ComparisonConfig.color_lr)
+    parser.add_argument("--color-lr", type=float, help=f"default: {ComparisonConfig.color_lr}")
     parser.add_argument("--baseline-lr", type=float, default=ComparisonConfig.baseline_lr)
+    parser.add_argument("--weight-decay", type=float,
+                        help="for every method's SGD (default: each method's own: CoLoR 2e-4, fine-tuning 0)")
     parser.add_argument("--train-per-class", type=int, help="subsample the training data (split_tiny_imagenet)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--name", help="output folder under benchmarks/results (default: the benchmark)")
@@ -50,15 +56,21 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     warnings.filterwarnings("ignore", message="No loggers specified")
     warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"avalanche\.")
     command = "python -m benchmarks.compare " + shlex.join(sys.argv[1:] if argv is None else argv)
-    config = ComparisonConfig(
-        benchmark=args.benchmark, methods=tuple(args.methods), seeds=tuple(args.seeds),
-        baseline_seeds=tuple(args.baseline_seeds) if args.baseline_seeds else None, epochs=args.epochs,
-        batch_size=args.batch_size, backbone=args.backbone, data=args.data, ranks=tuple(args.rank),
-        ks=tuple(args.k) if args.k else None, color_lr=args.color_lr, baseline_lr=args.baseline_lr,
-        train_per_class=args.train_per_class, device=args.device,
-        out=RESULTS / args.name if args.name else None, loggers=tuple(args.loggers),
-        wandb_project=args.wandb_project, wandb_entity=args.wandb_entity, resume=args.resume,
-        checkpoint_epochs=args.checkpoint_epochs, command=command)
+    # The settings a preset may give: only those given on the command line go over the preset's.
+    given = dict(epochs=args.epochs, batch_size=args.batch_size, backbone=args.backbone,
+                 ranks=tuple(args.rank) if args.rank else None, ks=tuple(args.k) if args.k else None,
+                 color_lr=args.color_lr, weight_decay=args.weight_decay)
+    try:
+        config = ComparisonConfig.from_preset(
+            args.preset, benchmark=args.benchmark, methods=tuple(args.methods), seeds=tuple(args.seeds),
+            baseline_seeds=tuple(args.baseline_seeds) if args.baseline_seeds else None, data=args.data,
+            baseline_lr=args.baseline_lr, train_per_class=args.train_per_class, device=args.device,
+            out=RESULTS / args.name if args.name else None, loggers=tuple(args.loggers),
+            wandb_project=args.wandb_project, wandb_entity=args.wandb_entity, resume=args.resume,
+            checkpoint_epochs=args.checkpoint_epochs, command=command,
+            **{name: value for name, value in given.items() if value is not None})
+    except ValueError as error:  # a bad setting: the message, as for a bad flag
+        parser.error(str(error))
     if launched_by_torchrun():
         cuda = torch.cuda.is_available()
         DistributedHelper.init_distributed(config.seeds[0], backend="nccl" if cuda else "gloo", use_cuda=cuda)

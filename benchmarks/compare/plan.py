@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from benchmarks.compare.config import ComparisonConfig
-from benchmarks.compare.methods import COLOR_ROUTING, FROZEN_BACKBONE, PROTOTYPE_ROUTED
+from benchmarks.compare.methods import COLOR_ROUTING, FROZEN_BACKBONE, LORA_METHODS, PROTOTYPE_ROUTED
 from benchmarks.streams.registry import BenchmarkSpec
 
 # The methods that train on several processes: those built on RoutedExpertsTemplate.
@@ -36,6 +36,8 @@ def plan_runs(config: ComparisonConfig, spec: BenchmarkSpec) -> list[tuple[str, 
             for k in method_ks:
                 label = f"{method} k={k}" if len(method_ks) > 1 else method
                 plan += [(method, label, seed, config.ranks[0], k) for seed in config.seeds]
-        else:
-            plan += [(method, method, seed, config.ranks[0], ks[0]) for seed in config.baseline_seeds or config.seeds[:1]]
+        else:  # the baselines and upper bounds: for the baseline seeds; Joint-LoRA for every rank
+            for rank in config.ranks if method in LORA_METHODS else config.ranks[:1]:
+                label = f"{method} r={rank}" if method in LORA_METHODS and len(config.ranks) > 1 else method
+                plan += [(method, label, seed, rank, ks[0]) for seed in config.baseline_seeds or config.seeds[:1]]
     return plan

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import re
 import time
@@ -19,8 +20,8 @@ from avalanche_color.utils.files import write_atomically
 from benchmarks.backbones import data_config, load_backbone, with_head
 from benchmarks.compare.config import RESULTS, ComparisonConfig
 from benchmarks.compare.loggers import avalanche_loggers, wandb_logger
-from benchmarks.compare.methods import (COLOR_ROUTING, PROTOTYPE_ROUTED, Budget, Hyperparameters, build_strategy,
-                                        trainable_parameters_per_experience)
+from benchmarks.compare.methods import (COLOR_ROUTING, JOINT, LORA_METHODS, PROTOTYPE_ROUTED, Budget,
+                                        Hyperparameters, build_strategy, trainable_parameters_per_experience)
 from benchmarks.compare.results import slug
 from benchmarks.reporting import forgetting, weighted_mean
 from benchmarks.streams.registry import BenchmarkSpec
@@ -52,6 +53,7 @@ def run_method(method: str, label: str, seed: int, rank: int, k: int, benchmark,
     if config.resume and record.exists():  # finished before the interruption
         return json.loads(record.read_text())
     RNGManager.set_random_seeds(seed)
+    hp = dataclasses.replace(hp, weight_decay=config.weight_decay)  # the runner's hp holds the run's rank and k
     main_process = DistributedHelper.is_main_process  # True when not distributed
     with ExitStack() as stack:
         # Under torchrun the metrics are gathered on every rank; rank 0 alone logs them.
@@ -68,13 +70,18 @@ def run_method(method: str, label: str, seed: int, rank: int, k: int, benchmark,
         # After each experience, evaluated on the experiences seen so far: oracle routing has no
         # expert for a future task, and after the last one this is the whole test stream.
         checkpoint = out / "checkpoints" / f"{name}.ckpt" if method in COLOR_ROUTING and main_process else None
-        records = train_stream(strategy, benchmark, checkpoint=checkpoint, resume=config.resume,
-                               every_n_epochs=config.checkpoint_epochs if checkpoint else None)
+        if method in JOINT:
+            records = [train_jointly(strategy, benchmark)]
+        else:
+            records = train_stream(strategy, benchmark, checkpoint=checkpoint, resume=config.resume,
+                                   every_n_epochs=config.checkpoint_epochs if checkpoint else None)
+        # A joint run's matrix is one row (after its one training, every experience): its average
+        # accuracy is over the whole test stream, its forgetting 0, and the plot draws it as a level.
         matrix = [_per_experience(metrics, "Top1_Acc_Exp", count) for metrics in records]
         metrics = records[-1]
         run = {
             "label": label, "method": method, "seed": seed,
-            "rank": rank if method in COLOR_ROUTING else None, "k": k if method in PROTOTYPE_ROUTED else None,
+            "rank": rank if method in LORA_METHODS else None, "k": k if method in PROTOTYPE_ROUTED else None,
             "accuracy_matrix": matrix,
             "average_accuracy": weighted_mean(matrix[-1], test_sizes),
             "forgetting": forgetting(matrix),
@@ -90,6 +97,14 @@ def run_method(method: str, label: str, seed: int, rank: int, k: int, benchmark,
     if main_process:
         write_atomically(record, (json.dumps(run, indent=2) + "\n").encode())
     return run
+
+
+def train_jointly(strategy, benchmark) -> dict[str, float]:
+    """Train on all experiences at once (JointTraining), then evaluate on the whole test stream."""
+    strategy.train(benchmark.train_stream)
+    metrics = strategy.eval(benchmark.test_stream)
+    return {name: value for name, value in metrics.items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool)}
 
 
 def _per_experience(metrics: dict[str, float], metric: str, count: int) -> list[Optional[float]]:
