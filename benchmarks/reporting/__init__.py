@@ -6,7 +6,7 @@ import csv
 import statistics
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 Run = dict[str, Any]
 
@@ -83,13 +83,14 @@ def write_csv(runs: Sequence[Run], folder: Path) -> None:
                                  for tested, accuracy in enumerate(row) if accuracy is not None)
 
 
-def seen_accuracy_curve(matrix: Sequence[Sequence[float]]) -> list[float]:
+def seen_accuracy_curve(matrix: Sequence[Sequence[Optional[float]]]) -> list[float]:
     """Mean of the per-experience accuracies over the experiences seen so far, after each experience.
 
     Unweighted, so every experience counts the same; the table's average accuracy is over test
-    samples (Avalanche's stream accuracy) and differs when experiences differ in size.
+    samples (Avalanche's stream accuracy) and differs when experiences differ in size. A row
+    holds the experiences evaluated (those seen so far; all of them in a joint run's one row).
     """
-    return [statistics.fmean(row[: trained + 1]) for trained, row in enumerate(matrix)]
+    return [statistics.fmean(a for a in row if a is not None) for row in matrix]
 
 
 def plot_accuracy(runs: Sequence[Run], path: Path | None = None, title: str = ""):
@@ -105,6 +106,12 @@ def plot_accuracy(runs: Sequence[Run], path: Path | None = None, title: str = ""
     axes = figure.add_subplot()
     for label, group in by_label(runs).items():
         curves = [seen_accuracy_curve(r["accuracy_matrix"]) for r in group]
+        experiences = len(group[0]["accuracy_matrix"][0])
+        if len(curves[0]) == 1 and experiences > 1:
+            # A joint run (one training on all experiences, so one row): a dashed level, the upper bound.
+            level = 100 * statistics.fmean(c[0] for c in curves)
+            axes.plot([1, experiences], [level, level], linestyle="--", label=label)
+            continue
         steps = range(1, len(curves[0]) + 1)
         mean = [100 * statistics.fmean(c[i] for c in curves) for i in range(len(curves[0]))]
         axes.plot(steps, mean, marker="o", label=label)
