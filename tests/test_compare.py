@@ -78,6 +78,7 @@ def test_metrics_from_the_accuracy_matrix():
     ("ranks", (0,), "ranks must be positive"),
     ("seeds", (), "seeds must not be empty"),
     ("loggers", ("stdout",), "loggers must be among"),
+    ("prototypes_per_class", 0, "prototypes_per_class must be a positive integer"),
 ])
 def test_bad_configuration_is_refused(field, value, message, tmp_path):
     with pytest.raises(ValueError, match=message):
@@ -95,3 +96,15 @@ def test_runner_logs_each_run_to_its_own_offline_wandb_run(tiny_backbone, tmp_pa
         assert logged["average_accuracy"] == pytest.approx(run["average_accuracy"])
         assert logged["trainable_parameters_per_experience"] == run["trainable_parameters_per_experience"]
         assert exit_code(run_file) == 0
+
+
+@pytest.mark.parametrize("method", ["CoLoR", "CoLoR++", "S-Prompts"])
+def test_per_class_prototypes_reach_the_prototype_routed_methods(method, tiny_backbone):
+    from benchmarks.backbones import load_backbone
+    from benchmarks.compare.methods import Budget, Hyperparameters, build_strategy
+
+    strategy = build_strategy(method, lambda classes: load_backbone(tiny_backbone), 10, Budget(epochs=1),
+                              Hyperparameters(prototypes_per_class=3))
+    assert strategy.config.prototypes_per_class == 3
+    assert build_strategy(method, lambda classes: load_backbone(tiny_backbone), 10, Budget(epochs=1),
+                          Hyperparameters()).config.prototypes_per_class is None

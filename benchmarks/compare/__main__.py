@@ -37,6 +37,9 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     parser.add_argument("--data", type=Path, help="the data set's zip or folder (default: the benchmark's)")
     parser.add_argument("--rank", nargs="+", type=int, help=f"default: {ComparisonConfig.ranks[0]}")
     parser.add_argument("--k", nargs="+", type=int, help="prototypes per experience (default: the paper's rule)")
+    parser.add_argument("--prototypes-per-class", type=int,
+                        help="beyond the paper: k-means centres per class instead of k per experience "
+                             "(CoLoR family, S-Prompts; default: off)")
     parser.add_argument("--color-lr", type=float, help=f"default: {ComparisonConfig.color_lr}")
     parser.add_argument("--baseline-lr", type=float, default=ComparisonConfig.baseline_lr)
     parser.add_argument("--weight-decay", type=float,
@@ -64,7 +67,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         config = ComparisonConfig.from_preset(
             args.preset, benchmark=args.benchmark, methods=tuple(args.methods), seeds=tuple(args.seeds),
             baseline_seeds=tuple(args.baseline_seeds) if args.baseline_seeds else None, data=args.data,
-            baseline_lr=args.baseline_lr, train_per_class=args.train_per_class, device=args.device,
+            baseline_lr=args.baseline_lr, prototypes_per_class=args.prototypes_per_class,
+            train_per_class=args.train_per_class, device=args.device,
             out=RESULTS / args.name if args.name else None, loggers=tuple(args.loggers),
             wandb_project=args.wandb_project, wandb_entity=args.wandb_entity, resume=args.resume,
             checkpoint_epochs=args.checkpoint_epochs, command=command,

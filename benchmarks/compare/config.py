@@ -37,6 +37,7 @@ class ComparisonConfig:
     color_lr: float = 0.05
     baseline_lr: float = 0.01
     weight_decay: Optional[float] = None
+    prototypes_per_class: Optional[int] = None
     train_per_class: Optional[int] = None
     device: str = "auto"
     out: Optional[Path] = None
@@ -76,5 +77,7 @@ class ComparisonConfig:
                              ("epochs", (self.epochs,)), ("batch_size", (self.batch_size,))):
             if any(v < 1 for v in values):
                 raise ValueError(f"{name} must be positive integers, got {values}")
+        if self.prototypes_per_class is not None and self.prototypes_per_class < 1:
+            raise ValueError(f"prototypes_per_class must be a positive integer, got {self.prototypes_per_class}")
         if self.weight_decay is not None and self.weight_decay < 0:
             raise ValueError(f"weight_decay must be non-negative, got {self.weight_decay}")

@@ -73,6 +73,7 @@ class Hyperparameters:
     lwf_temperature: float = 2.0
     replay_memory: int = 200
     weight_decay: Optional[float] = None
+    prototypes_per_class: Optional[int] = None  # CoLoR and S-Prompts: k-means per class (off: None)
 
 
 def needs_task_labels(method: str) -> bool:
@@ -103,12 +104,13 @@ def build_strategy(
     common = dict(train_mb_size=budget.batch_size, train_epochs=budget.epochs,
                   eval_mb_size=256, device=budget.device, evaluator=evaluator(loggers or ()))
     decay = {} if hp.weight_decay is None else {"weight_decay": hp.weight_decay}
+    prototypes = dict(k=hp.color_k, prototypes_per_class=hp.prototypes_per_class)
     if method in COLOR_ROUTING:
-        return CoLoR(backbone(0), rank=hp.color_rank, k=hp.color_k, lr=hp.color_lr,
-                     routing=COLOR_ROUTING[method], **decay, **common)
+        return CoLoR(backbone(0), rank=hp.color_rank, lr=hp.color_lr, routing=COLOR_ROUTING[method],
+                     **prototypes, **decay, **common)
     if method == "S-Prompts":
-        return SPrompts(backbone(0), prompt_length=hp.s_prompts_length, k=hp.color_k, lr=hp.color_lr,
-                        **decay, **common)
+        return SPrompts(backbone(0), prompt_length=hp.s_prompts_length, lr=hp.color_lr, **prototypes, **decay,
+                        **common)
     if method == "L2P":
         return L2P(backbone(0), pool_size=hp.l2p_pool_size, prompt_length=hp.l2p_prompt_length,
                    top_n=hp.l2p_top_n, lr=hp.l2p_lr, **common)

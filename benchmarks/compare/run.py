@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import re
 import time
@@ -53,7 +52,6 @@ def run_method(method: str, label: str, seed: int, rank: int, k: int, benchmark,
     if config.resume and record.exists():  # finished before the interruption
         return json.loads(record.read_text())
     RNGManager.set_random_seeds(seed)
-    hp = dataclasses.replace(hp, weight_decay=config.weight_decay)  # the runner's hp holds the run's rank and k
     main_process = DistributedHelper.is_main_process  # True when not distributed
     with ExitStack() as stack:
         # Under torchrun the metrics are gathered on every rank; rank 0 alone logs them.

@@ -75,7 +75,9 @@ def run_comparison(config: ComparisonConfig, progress: bool = True) -> dict[str,
             key = (seed, needs_task_labels(method))
             if key not in streams:
                 streams[key] = build_stream(spec, config, backbone, seed, key[1])
-            hp = Hyperparameters(color_lr=config.color_lr, color_rank=rank, color_k=k, baseline_lr=config.baseline_lr)
+            hp = Hyperparameters(color_lr=config.color_lr, color_rank=rank, color_k=k, baseline_lr=config.baseline_lr,
+                                 weight_decay=config.weight_decay,
+                                 prototypes_per_class=config.prototypes_per_class)
             runs.append(run_method(method, label, seed, rank, k, streams[key], spec, backbone,
                                    Budget(config.epochs, config.batch_size, device), hp, config, out))
             bar.update()
