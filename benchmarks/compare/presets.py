@@ -11,7 +11,7 @@ from typing import Any
 
 BACKBONE = "vit_base_patch16_224.augreg_in21k"  # ViT-B/16 pretrained on ImageNet-21k, from timm
 
-# Source: the CoLoR paper's appendix, "Training hyperparameters" (/work/shared/docs/color-paper.tex).
+# Source: the CoLoR paper's appendix, "Training hyperparameters" (Wistuba et al., 2023).
 PAPER: dict[str, dict[str, Any]] = {
     "split_cifar100": dict(ranks=(64,), ks=(20,), batch_size=128, epochs=50, color_lr=0.01, weight_decay=2e-4,
                            backbone=BACKBONE),
