@@ -1,17 +1,22 @@
 """Speed and memory of CoLoR's training and routed inference, as ratios measured side by side.
 
     python -m benchmarks.perf                      # ViT-B/16 shape, CPU (CUDA when present)
-    python -m benchmarks.perf --batch-size 64 --device cuda
+    python -m benchmarks.perf --device cuda --batch-size 64 --bf16 --out benchmarks/results/perf-cuda.md
 
-Everything runs in this one process on the same inputs: a warm-up, then the
-median of repeated timings. Weights are random (timings do not depend on them).
+Everything runs in this one process on the same inputs. Timings are
+interleaved: after a warm-up round, each of ``--rounds`` rounds runs every
+timed call once, in an order rotated by one place per round, and every ratio is
+computed within a round from that round's timings. Figures are the median over
+rounds with the min and max. Weights are random (timings do not depend on them).
 Printed and written as a markdown table:
 
 * R1 = CoLoR training step / frozen-backbone forward (ideal about 2.0)
 * R2 = CoLoR training step / full fine-tuning step, and their training memory
 * R3 = routed inference throughput / plain ViT forward throughput (ideal 0.5)
 * R4 = routed inference time with 10 experts mixed in each batch / with 1 expert (ideal 1.0)
-* R5 = our expert pass / peft's mixed-adapter batch (``adapter_names``), 10 experts
+* R5 = our expert pass / peft's mixed-adapter pass (``adapter_names``), 10 experts in a batch
+* R5 overhead = (our expert pass - plain forward) / (peft's mixed-adapter pass - plain forward),
+  for 1, 2, 10 and 50 experts in one batch (``--mixed-batch-size`` samples, 50 by default)
 * routing (nearest prototype) and k-means fit time as a share of a forward
 """
 
@@ -20,143 +25,106 @@ from __future__ import annotations
 import argparse
 import copy
 import platform
-import statistics
-import time
 import warnings
+from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
-from typing import Callable
 
 import timm
 import torch
 from torch import nn
 
-from avalanche_color import ExpertViT, fit_prototypes
+from avalanche_color import fit_prototypes
+from benchmarks.perf.timing import Spread, Variant, interleaved, per_round, seconds
+from benchmarks.perf.workloads import build_color, peft_adapters, training_memory
 
 RESULTS = Path(__file__).parents[1] / "results"
+CLASSES = 10  # per expert
 
 
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+def plural(count: int, word: str = "expert") -> str:
+    return word if count == 1 else word + "s"
 
 
-def median_seconds(step: Callable[[], object], device: torch.device, repeats: int, warmup: int = 1) -> float:
-    for _ in range(warmup):
-        step()
-    synchronize(device)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        step()
-        synchronize(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def training_memory(step: Callable[[], object], model: nn.Module, optimizer: torch.optim.Optimizer,
-                    device: torch.device) -> int:
-    """Bytes a training step holds beyond the weights.
-
-    On CUDA: the allocator's peak during the step minus what was allocated before.
-    On CPU (no allocator statistics): what autograd saves for the backward pass
-    (each storage once) plus gradients plus optimiser state, counted from the tensors.
-    """
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        before = torch.cuda.memory_allocated(device)
-        step()
-        torch.cuda.synchronize(device)
-        return torch.cuda.max_memory_allocated(device) - before
-    saved: dict[int, int] = {}
-
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        storage = tensor.untyped_storage()
-        saved[storage.data_ptr()] = storage.nbytes()
-        return tensor
-
-    parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        step()
-    activations = sum(size for ptr, size in saved.items() if ptr not in parameters)
-    gradients = sum(p.grad.nbytes for p in model.parameters() if p.grad is not None)
-    state = sum(t.nbytes for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t))
-    return activations + gradients + state
-
-
-def build_color(vit: nn.Module, experts: int, rank: int, classes: int, k: int, device: torch.device) -> ExpertViT:
-    model = ExpertViT(vit, rank=rank)
-    generator = torch.Generator().manual_seed(0)
-    for expert in range(experts):
-        model.add_expert(list(range(expert * classes, (expert + 1) * classes)), experience=expert)
-        with torch.no_grad():  # as if trained: B != 0, so the LoRA path does real work
-            for layer in model.qkv_layers:
-                layer.experts[expert].B.normal_(0, 0.02, generator=generator)
-        centres = torch.nn.functional.normalize(torch.randn(k, model.num_features, generator=generator), dim=-1)
-        model.router.set_prototypes(expert, centres)
-    return model.to(device)
-
-
-def peft_mixed_batch(vit: nn.Module, experts: int, rank: int):
-    """The same ViT with ``experts`` peft LoRA adapters on its fused qkv (peft adapts q, k and v)."""
-    from peft import LoraConfig, get_peft_model
-
-    config = LoraConfig(r=rank, lora_alpha=rank, target_modules=["qkv"], lora_dropout=0.0, init_lora_weights=False)
-    model = get_peft_model(vit, config, adapter_name="expert0")
-    for expert in range(1, experts):
-        model.add_adapter(f"expert{expert}", config)
-    return model.eval()
-
-
-def main() -> None:
+def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="vit_base_patch16_224", help="timm model name (random weights)")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--rank", type=int, default=64)
-    parser.add_argument("--experts", type=int, default=10)
+    parser.add_argument("--experts", type=int, default=10, help="experts mixed in a batch for R3, R4 and R5")
+    parser.add_argument("--mixed-experts", default="1,2,10,50",
+                        help="comma-separated numbers of experts in one batch for the R5 overhead rows ('' for none)")
+    parser.add_argument("--mixed-batch-size", type=int, default=None,
+                        help="batch of the R5 rows (default: the largest of --mixed-experts, at least --batch-size)")
     parser.add_argument("--k", type=int, default=20)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds after one warm-up round")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--bf16", action="store_true", help="run the models under torch.autocast(bfloat16)")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     parser.add_argument("--out", type=Path, default=RESULTS / "perf.md")
-    args = parser.parse_args()
-    warnings.filterwarnings("ignore", message=".*adapter_names.*")
+    return parser, parser.parse_args()
 
+
+def main() -> None:
+    parser, args = parse_args()
+    warnings.filterwarnings("ignore", message=".*adapter_names.*")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    mixed_counts = [int(n) for n in args.mixed_experts.split(",") if n.strip()]
+    mixed_batch = args.mixed_batch_size or max([args.batch_size, *mixed_counts])
+    if mixed_counts and max(mixed_counts) > mixed_batch:
+        parser.error(f"--mixed-batch-size {mixed_batch} cannot hold {max(mixed_counts)} experts")
+    if args.experts > args.batch_size:
+        parser.error(f"--batch-size {args.batch_size} cannot hold {args.experts} experts")
     device = torch.device(args.device)
+    precision = (partial(torch.autocast, device.type, dtype=torch.bfloat16) if args.bf16 else nullcontext)
+
     torch.manual_seed(0)
+    generator = torch.Generator().manual_seed(0)
     make_vit = lambda: timm.create_model(args.model, pretrained=False, num_classes=0)  # noqa: E731
     plain = make_vit().to(device).eval()
     size = plain.patch_embed.img_size
-    x = torch.randn(args.batch_size, 3, *size, device=device)
-    classes = 10
-    labels = torch.randint(0, classes, (args.batch_size,), device=device) + classes * (args.experts - 1)
-    mixed = (torch.arange(args.batch_size, device=device) % args.experts)[torch.randperm(args.batch_size)]
-    single = torch.zeros_like(mixed)
-    model = build_color(make_vit(), args.experts, args.rank, classes, args.k, device)
-    timings: dict[str, float] = {}
-    repeat = lambda name, fn: timings.__setitem__(name, median_seconds(fn, device, args.repeats))  # noqa: E731
+    experts = max([args.experts, *mixed_counts])  # experts in the model
+    model = build_color(make_vit(), experts, args.rank, CLASSES, args.k, device)
 
-    # Inference: plain forward, routed (two passes), one expert vs ten mixed, routing alone.
+    def mix(batch: int, count: int) -> torch.Tensor:
+        """``count`` experts spread evenly over ``batch`` samples, in random order."""
+        return (torch.arange(batch) % count)[torch.randperm(batch, generator=generator)].to(device)
+
+    x = torch.randn(args.batch_size, 3, *size, generator=generator).to(device)
+    mixed, single = mix(args.batch_size, args.experts), torch.zeros(args.batch_size, dtype=torch.long, device=device)
+    labels = torch.randint(0, CLASSES, (args.batch_size,), generator=generator).to(device) + CLASSES * (experts - 1)
+    xm = torch.randn(mixed_batch, 3, *size, generator=generator).to(device)
+    mixes = {count: mix(mixed_batch, count) for count in mixed_counts}
+
+    # Inference variants: model in eval mode, no gradients.
+    def inference(fn):
+        def run():
+            with torch.no_grad():
+                fn()
+        return Variant(run, setup=model.eval)
+
     def routed_inference(experts: torch.Tensor) -> torch.Tensor:
         """model(x) with the routing pass as usual but a chosen mix of experts."""
         model.router(model.routing_features(x))
         return model.predict(x, experts)
 
-    with torch.no_grad():
-        model.eval()
-        repeat("plain forward", lambda: plain(x))
-        repeat("routed inference, 10 experts mixed", lambda: routed_inference(mixed))
-        repeat("routed inference, 1 expert", lambda: routed_inference(single))
-        repeat("expert pass, 10 experts mixed", lambda: model.predict(x, mixed))
-        repeat("expert pass, 1 expert", lambda: model.predict(x, single))
-        features = model.routing_features(x)
-        repeat("routing (nearest prototype)", lambda: model.router(features))
-    kmeans_features = torch.nn.functional.normalize(torch.randn(1000, model.num_features), dim=-1)
-    start = time.perf_counter()
-    fit_prototypes(kmeans_features, args.k, seed=0, n_init=10)
-    timings["k-means fit (1000 samples)"] = time.perf_counter() - start
+    with torch.no_grad(), precision():
+        routing_input = model.eval().routing_features(x)
+    kmeans_features = torch.nn.functional.normalize(torch.randn(1000, model.num_features, generator=generator), dim=-1)
+    variants = {
+        "plain forward": inference(lambda: plain(x)),
+        "frozen-backbone forward": inference(lambda: model.features(x)),
+        f"routed inference, {args.experts} experts mixed": inference(lambda: routed_inference(mixed)),
+        "routed inference, 1 expert": inference(lambda: routed_inference(single)),
+        f"expert pass, {args.experts} experts mixed": inference(lambda: model.predict(x, mixed)),
+        "expert pass, 1 expert": inference(lambda: model.predict(x, single)),
+        "routing (nearest prototype)": inference(lambda: model.router(routing_input)),
+        "k-means fit (1000 samples)": Variant(lambda: fit_prototypes(kmeans_features, args.k, seed=0, n_init=10),
+                                              autocast=False),
+    }
 
     # Training: CoLoR step (newest expert) against full fine-tuning of the same ViT.
-    model.train()
     color_optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1e-3, momentum=0.9)
     criterion = nn.CrossEntropyLoss()
 
@@ -165,7 +133,7 @@ def main() -> None:
         criterion(model(x), labels).backward()
         color_optimizer.step()
 
-    full = timm.create_model(args.model, pretrained=False, num_classes=classes * args.experts).to(device).train()
+    full = timm.create_model(args.model, pretrained=False, num_classes=CLASSES * experts).to(device).train()
     full_optimizer = torch.optim.SGD(full.parameters(), lr=1e-3, momentum=0.9)
 
     def full_step():
@@ -173,52 +141,86 @@ def main() -> None:
         criterion(full(x), labels).backward()
         full_optimizer.step()
 
-    repeat("CoLoR training step", color_step)
-    repeat("full fine-tuning step", full_step)
-    with torch.no_grad():
-        repeat("frozen-backbone forward", lambda: model.features(x))
-    memory = {"CoLoR": training_memory(color_step, model, color_optimizer, device),
-              "full fine-tuning": training_memory(full_step, full, full_optimizer, device)}
+    variants["CoLoR training step"] = Variant(color_step, setup=model.train)
+    variants["full fine-tuning step"] = Variant(full_step)
 
-    # peft's mixed-adapter batch on the same ViT shape and batch.
+    # Mixed batches of the R5 rows: ours and peft's, against the plain forward of the same batch.
     peft_note = ""
-    try:
-        peft_model = peft_mixed_batch(copy.deepcopy(plain), args.experts, args.rank)
-        names = [f"expert{int(e)}" for e in mixed]
-        with torch.no_grad():
-            repeat("peft mixed batch, 10 adapters", lambda: peft_model(x, adapter_names=names))
-    except ImportError:
-        peft_note = "peft is not installed (pip install -e '.[perf]'): R5 not measured."
+    if mixed_counts:
+        variants[f"plain forward, batch {mixed_batch}"] = inference(lambda: plain(xm))
+        for count, experts_of in mixes.items():
+            variants[f"expert pass, {count} {plural(count)} in batch {mixed_batch}"] = inference(
+                partial(model.predict, xm, experts_of))
+        try:
+            peft_model = peft_adapters(copy.deepcopy(plain), max(mixed_counts), args.rank)
+        except ImportError:
+            peft_note = ("peft is not installed (pip install -c constraints.txt -e '.[perf]'): "
+                         "R5 and R5 overhead not measured.")
+        else:
+            for count, experts_of in mixes.items():
+                names = [f"expert{int(e)}" for e in experts_of]
+                name = f"peft mixed-adapter pass, {count} {plural(count, 'adapter')} in batch {mixed_batch}"
+                variants[name] = inference(partial(peft_model, xm, adapter_names=names))
 
-    t = timings
-    ratios = [
-        ("R1", "CoLoR training step / frozen-backbone forward", t["CoLoR training step"] / t["frozen-backbone forward"], "about 2.0", "<= 2.3"),
-        ("R2", "CoLoR training step / full fine-tuning step", t["CoLoR training step"] / t["full fine-tuning step"], "", ""),
-        ("R2 memory", "CoLoR / full fine-tuning training memory", memory["CoLoR"] / memory["full fine-tuning"], "", "<= 0.6"),
-        ("R3", "routed inference throughput / plain forward throughput", t["plain forward"] / t["routed inference, 10 experts mixed"], "0.5", ">= 0.45"),
-        ("R4", "routed inference, 10 experts mixed / 1 expert (time)", t["routed inference, 10 experts mixed"] / t["routed inference, 1 expert"], "1.0", "<= 1.15"),
-        ("R4 expert pass", "expert pass, 10 experts mixed / 1 expert (time)", t["expert pass, 10 experts mixed"] / t["expert pass, 1 expert"], "1.0", ""),
+    rounds = interleaved(variants, args.rounds, device, precision)
+    with precision():
+        model.train()
+        memory = {"CoLoR": training_memory(color_step, model, color_optimizer, device),
+                  "full fine-tuning": training_memory(full_step, full, full_optimizer, device)}
+
+    # Ratios, each computed within a round.
+    e, m = args.experts, mixed_batch
+    routed_mixed, expert_mixed = f"routed inference, {e} experts mixed", f"expert pass, {e} experts mixed"
+    ratio = partial(per_round, rounds)
+    rows = [
+        ("R1", "CoLoR training step / frozen-backbone forward",
+         ratio(lambda t: t["CoLoR training step"] / t["frozen-backbone forward"]), "about 2.0", "<= 2.3"),
+        ("R2", "CoLoR training step / full fine-tuning step",
+         ratio(lambda t: t["CoLoR training step"] / t["full fine-tuning step"]), "", ""),
+        ("R2 memory", "CoLoR / full fine-tuning training memory (one measurement)",
+         Spread([memory["CoLoR"] / memory["full fine-tuning"]]), "", "<= 0.6"),
+        ("R3", f"routed inference throughput / plain forward throughput, {e} experts mixed",
+         ratio(lambda t: t["plain forward"] / t[routed_mixed]), "0.5", ">= 0.45"),
+        ("R4", f"routed inference, {e} experts mixed / 1 expert (time)",
+         ratio(lambda t: t[routed_mixed] / t["routed inference, 1 expert"]), "1.0", "<= 1.15"),
+        ("R4 expert pass", f"expert pass, {e} experts mixed / 1 expert (time)",
+         ratio(lambda t: t[expert_mixed] / t["expert pass, 1 expert"]), "1.0", ""),
     ]
-    if "peft mixed batch, 10 adapters" in t:
-        ratios.append(("R5", "our expert pass / peft mixed-adapter batch, 10 experts (time)",
-                       t["expert pass, 10 experts mixed"] / t["peft mixed batch, 10 adapters"], "", "<= 0.7"))
-    ratios += [
-        ("routing", "nearest prototype / plain forward (time)", t["routing (nearest prototype)"] / t["plain forward"], "", "< 0.01"),
-        ("k-means", "k-means fit on 1000 samples / forward of 1000 samples", t["k-means fit (1000 samples)"] / (t["plain forward"] * 1000 / args.batch_size), "", "< 0.01"),
+    if mixed_counts and not peft_note:
+        ours = lambda n: f"expert pass, {n} {plural(n)} in batch {m}"  # noqa: E731
+        peft = lambda n: f"peft mixed-adapter pass, {n} {plural(n, 'adapter')} in batch {m}"  # noqa: E731
+        plain_m = f"plain forward, batch {m}"
+        if e in mixed_counts:
+            rows.append(("R5", f"our expert pass / peft mixed-adapter pass, {e} experts in batch {m} (time)",
+                         ratio(lambda t: t[ours(e)] / t[peft(e)]), "", ""))
+        for n in mixed_counts:
+            rows.append((f"R5 overhead, {n} {plural(n)}",
+                         f"(our expert pass - plain forward) / (peft's - plain forward), {n} in batch {m}",
+                         ratio(lambda t, n=n: (t[ours(n)] - t[plain_m]) / (t[peft(n)] - t[plain_m])), "", "<= 1.0"))
+    rows += [
+        ("routing", "nearest prototype / plain forward (time)",
+         ratio(lambda t: t["routing (nearest prototype)"] / t["plain forward"]), "", "< 0.01"),
+        ("k-means", "k-means fit on 1000 samples / forward of 1000 samples",
+         ratio(lambda t: t["k-means fit (1000 samples)"] / (t["plain forward"] * 1000 / args.batch_size)), "", "< 0.01"),
     ]
 
     machine = (torch.cuda.get_device_name(device) if device.type == "cuda"
                else f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads")
     command = "python -m benchmarks.perf " + " ".join(
-        f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k not in ("out",) and v != parser.get_default(k))
+        f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}")
+        for k, v in vars(args).items() if k != "out" and v != parser.get_default(k))
+    rounds_label = f"median (min-max) of {args.rounds} {plural(args.rounds, 'round')}"
     lines = [f"`{command.strip()}`", "",
-             f"{args.model} (random weights), batch {args.batch_size}, rank {args.rank}, {args.experts} experts, "
-             f"k {args.k}, median of {args.repeats} after a warm-up; device {device.type} ({machine}); "
-             f"torch {torch.__version__}", "",
-             "| ratio | what | measured | ideal | target |", "|---|---|---|---|---|"]
-    lines += [f"| {name} | {what} | {value:.3f} | {ideal} | {target} |" for name, what, value, ideal, target in ratios]
-    lines += ["", "| timing | seconds |", "|---|---|"]
-    lines += [f"| {name} | {seconds:.4f} |" for name, seconds in t.items()]
+             f"{args.model} (random weights), batch {args.batch_size} (R5 rows: batch {m}), rank {args.rank}, "
+             f"{experts} experts in the model, k {args.k}; device {device.type} ({machine}); "
+             f"{'bf16 autocast' if args.bf16 else 'float32'}; torch {torch.__version__}", "",
+             f"Timings interleaved: a warm-up round, then {args.rounds} {plural(args.rounds, 'round')}, each running every timed call once "
+             "in an order rotated by one place per round; each ratio is computed within a round from that round's "
+             "timings and reported as the median over rounds (min-max).", "",
+             f"| ratio | what | {rounds_label} | ideal | target |", "|---|---|---|---|---|"]
+    lines += [f"| {name} | {what} | {value.format()} | {ideal} | {target} |" for name, what, value, ideal, target in rows]
+    lines += ["", f"| timing | seconds, {rounds_label} |", "|---|---|"]
+    lines += [f"| {name} | {seconds(rounds, name).format(4)} |" for name in variants]
     lines += ["", "| training memory beyond weights | MiB |", "|---|---|"]
     lines += [f"| {name} | {size / 2**20:.1f} |" for name, size in memory.items()]
     memory_kind = ("CUDA allocator peak during a step" if device.type == "cuda"
@@ -226,9 +228,10 @@ def main() -> None:
     lines += ["", f"Memory measured as: {memory_kind}."]
     if peft_note:
         lines += ["", peft_note]
-    else:
-        lines += ["", "peft adapts q, k and v of the fused qkv (it cannot leave k out of a fused layer); "
-                  "our experts adapt q and v only, as the paper does."]
+    elif mixed_counts:
+        lines += ["", "peft: LoRA on every fused qkv (`target_modules=[\"qkv\"]`), so it adapts q, k and v "
+                  "(it cannot leave k out of a fused layer); our experts adapt q and v only, as the paper does. "
+                  "One expert in a batch: ours folds it into the qkv weight, peft still runs its mixed-batch path."]
     report = "\n".join(lines)
     print(report)
     args.out.parent.mkdir(parents=True, exist_ok=True)
