@@ -162,3 +162,24 @@ def test_merging_never_writes_the_shared_weight():
     with torch.no_grad():
         model.predict(images(6), torch.tensor([0, 1, 2, 0, 1, 2]))
     assert all(torch.equal(b, layer.base_layer.weight) for b, layer in zip(before, model.qkv_layers))
+
+
+def test_routed_inference_and_training_run_under_bf16_autocast():
+    model = ExpertViT(tiny_vit(), rank=4)
+    model.add_expert([0, 1])
+    model.add_expert([2, 3])
+    model.router.set_prototypes(0, torch.zeros(1, 32))
+    model.router.set_prototypes(1, torch.ones(1, 32))
+    images = torch.randn(6, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    model.eval()
+    with torch.no_grad():
+        plain = model(images)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            mixed = model(images)
+    assert mixed.dtype == plain.dtype and torch.equal(torch.isinf(mixed), torch.isinf(plain))
+    torch.testing.assert_close(mixed[~torch.isinf(mixed)], plain[~torch.isinf(plain)], atol=0.1, rtol=0.1)
+    model.train()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(images)[:, 2:].logsumexp(1).mean()
+    loss.backward()
+    assert model.qkv_layers[0].experts[1].A.grad is not None

@@ -294,7 +294,7 @@ class RoutedExpertViT(MultiTaskModule):
         logits = features.new_full((features.shape[0], self.num_classes), float("-inf"))
         for expert, run in segments:
             head = self.heads[expert]
-            logits[run, head.classes] = head(features[run])
+            logits[run, head.classes] = head(features[run]).to(logits.dtype)  # under autocast the head may differ
         return logits
 
     # ------------------------------------------------------------------ modes and state
