@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from avalanche_color.utils.files import write_atomically
 from benchmarks.compare.config import ComparisonConfig
 from benchmarks.reporting import markdown_table, plot_accuracy, summary_rows, write_csv
 from benchmarks.streams.registry import BenchmarkSpec
@@ -18,14 +19,14 @@ from benchmarks.streams.registry import BenchmarkSpec
 def write_results(result: dict[str, Any], config: ComparisonConfig, spec: BenchmarkSpec, out: Path) -> str:
     """Write every output file of a finished comparison; returns its summary table."""
     runs = result["runs"]
-    (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_atomically(out / "results.json", (json.dumps(result, indent=2) + "\n").encode())
     write_csv(runs, out)
     table = markdown_table(summary_rows(runs))
     command = f"`{config.command}`\n\n" if config.command else ""
-    (out / "summary.md").write_text(
+    write_atomically(out / "summary.md", (
         f"{command}{config.benchmark} ({spec.scenario}), backbone {config.backbone or spec.backbone}, "
         f"{config.epochs} epochs per experience, batch {config.batch_size}, device {result['device']}; "
-        f"accuracy and forgetting in % after the last experience (mean ± std over seeds)\n\n{table}\n")
+        f"accuracy and forgetting in % after the last experience (mean ± std over seeds)\n\n{table}\n").encode())
     plot_accuracy(runs, out / "accuracy.png", title=f"{config.benchmark} ({spec.scenario})")
     return table
 
