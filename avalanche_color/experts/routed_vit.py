@@ -83,7 +83,7 @@ class RoutedExpertViT(MultiTaskModule):
 
     def features(self, x: Tensor, experts: ExpertSelection = None) -> Tensor:
         """The pooled features (batch, num_features) with ``experts``: None, one index,
-        or :class:`~avalanche_color.lora.Segments` of a batch sorted by expert."""
+        or ``Segments`` (:mod:`avalanche_color.routing.segments`) of a batch sorted by expert."""
         raise NotImplementedError
 
     def _is_backbone_weight(self, key: str) -> bool:

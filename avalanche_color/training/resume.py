@@ -47,7 +47,7 @@ class CheckpointPlugin(SupervisedPlugin):
     optimiser and scheduler state, for a mid-experience resume.
 
     Args:
-        path: the checkpoint file (written atomically, see :mod:`avalanche_color.checkpoint`).
+        path: the checkpoint file (written atomically, see :mod:`avalanche_color.training.checkpoint`).
         every_n_epochs: also save after every this many epochs inside an
             experience (default None: at experience ends only).
 
