@@ -124,3 +124,23 @@ def test_per_class_prototypes_give_every_class_its_own_and_learn():
     owners = strategy.model.router.owners.tolist()
     assert owners == [0, 0, 0, 0, 1, 1, 1, 1]  # 2 classes x 2 centres per expert, k unused
     assert stream_metric(results, "Top1_Acc") > 0.6  # chance: 0.25
+
+
+def test_revisiting_an_experience_adds_a_further_expert_and_leaves_the_others_unchanged():
+    strategy = tiny_color(train_epochs=2)
+    benchmark = class_stream()
+    first, second = benchmark.train_stream
+    strategy.train(first)
+    strategy.train(second)
+    before = {k: v.clone() for k, v in strategy.model.experts_state_dict().items()}
+    strategy.train(first)
+    model = strategy.model
+    assert model.num_experts == 3 and model.expert_experiences.tolist() == [0, 1, 0]
+    assert model.heads[2].classes.tolist() == [0, 1] and model.expert_finished.tolist() == [True, True, True]
+    after = model.experts_state_dict()
+    for key, value in before.items():
+        if key.startswith(("heads.0.", "heads.1.")) or ".experts.0." in key or ".experts.1." in key:
+            assert torch.equal(after[key], value), key
+    assert sorted(set(model.router.owners.tolist())) == [0, 1, 2]
+    results = strategy.eval(benchmark.test_stream)
+    assert stream_metric(results, "RoutingAcc") > 0.6  # a sample of exp0 may go to either of its experts
