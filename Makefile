@@ -17,8 +17,8 @@ main: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest tests
 
-# The README's benchmark tables (benchmarks/results/<name>/); about 70 CPU minutes on 2 cores.
-BASELINE_METHODS := --methods CoLoR CoLoR++ CoLoR-oracle Naive EWC LwF Replay
+# The README's benchmark tables (benchmarks/results/<name>/): a few CPU hours on 2 cores.
+BASELINE_METHODS := --methods CoLoR CoLoR++ CoLoR-oracle Naive EWC LwF Replay FT-masked NCM Joint-FT Joint-LoRA
 PROMPT_METHODS := --methods CoLoR S-Prompts L2P
 TINY := --benchmark split_tiny_imagenet --epochs 2 --train-per-class 100
 benchmarks: $(STAMP)
@@ -28,6 +28,8 @@ benchmarks: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.compare $(TINY) --methods CoLoR --rank 1 8 64 --name split_tiny_imagenet_rank
 	$(VENV)/bin/python -m benchmarks.compare --benchmark pacs $(PROMPT_METHODS) --seeds 0 1 2 --epochs 3 --name pacs_prompts
 	$(VENV)/bin/python -m benchmarks.compare $(TINY) $(PROMPT_METHODS) --seeds 0 1 2 --name split_tiny_imagenet_prompts
+	$(VENV)/bin/python -m benchmarks.compare --benchmark pacs --methods CoLoR CoLoR++ --seeds 0 1 2 --epochs 3 --prototypes-per-class 2 --name pacs_prototypes_per_class
+	$(VENV)/bin/python -m benchmarks.compare $(TINY) --methods CoLoR CoLoR++ --seeds 0 1 2 --prototypes-per-class 2 --name split_tiny_imagenet_prototypes_per_class
 
 # Speed and memory ratios (benchmarks/results/perf.md); peft only as a point of comparison.
 perf: $(STAMP)
