@@ -480,3 +480,30 @@ def test_core50_that_cannot_be_downloaded_is_a_clear_error(tmp_path, monkeypatch
     monkeypatch.setattr(CORe50Dataset, "_download_dataset", offline)
     with pytest.raises(FileNotFoundError, match=r"CORe50 is not complete in .*no network.*core50_128x128"):
         core50_ni(tmp_path / "core50", image_size=SIZE, **NORM)
+
+
+def test_data_location_from_the_argument_the_environment_or_a_download(tmp_path, monkeypatch):
+    from benchmarks.streams import archives
+
+    monkeypatch.delenv(archives.DATA_ENV, raising=False)
+    monkeypatch.setattr(archives, "DOWNLOAD_DIR", tmp_path / "downloads")
+    assert archives.data_path(tmp_path / "given.zip", "pacs.zip", "PACS", "") == tmp_path / "given.zip"
+    with pytest.raises(FileNotFoundError, match="PACS is not given: pass --data PATH .* AVALANCHE_COLOR_DATA .* pacs.zip"):
+        archives.data_path(None, "pacs.zip", "PACS", "PACS is published at somewhere")
+    monkeypatch.setenv(archives.DATA_ENV, str(tmp_path))
+    assert archives.data_path(None, "pacs.zip", "PACS", "") == tmp_path / "pacs.zip"
+    monkeypatch.delenv(archives.DATA_ENV)
+
+    fetched = []
+    monkeypatch.setattr(archives, "download", lambda url, target: (fetched.append(url), target.parent.mkdir(),
+                                                                    target.write_bytes(b"zip")))
+    url = "http://example.org/data/tiny.zip"
+    assert archives.data_path(None, "tiny-32px.zip", "Tiny", "", url) == tmp_path / "downloads" / "tiny.zip"
+    assert archives.data_path(None, "tiny-32px.zip", "Tiny", "", url) == tmp_path / "downloads" / "tiny.zip"
+    assert fetched == [url]  # downloaded once, then reused
+
+    def offline(url, target):
+        raise OSError("network is unreachable")
+    monkeypatch.setattr(archives, "download", offline)
+    with pytest.raises(FileNotFoundError, match="downloading http://example.org/other.zip failed .*unreachable.*--data"):
+        archives.data_path(None, "tiny-32px.zip", "Tiny", "", "http://example.org/other.zip")

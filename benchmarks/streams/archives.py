@@ -19,15 +19,20 @@ import torch
 from PIL import Image
 from torch import Tensor
 
-from avalanche_color.utils.files import torch_save_atomically
+from avalanche_color.utils.files import torch_save_atomically, write_atomically
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA_ENV = "AVALANCHE_COLOR_DATA"  # a folder holding the data sets' zip files or folders
 CACHE_DIR = ROOT / "benchmarks" / "results" / "cache"
 
 
-def data_path(path: Optional[str | Path], file_name: str, data_set: str, source: str) -> Path:
-    """``path`` if given, else ``file_name`` in the ``AVALANCHE_COLOR_DATA`` folder.
+DOWNLOAD_DIR = CACHE_DIR / "downloads"
+
+
+def data_path(path: Optional[str | Path], file_name: str, data_set: str, source: str,
+              url: Optional[str] = None) -> Path:
+    """``path`` if given, else ``file_name`` in the ``AVALANCHE_COLOR_DATA`` folder, else the
+    public download at ``url`` (kept under ``benchmarks/results/cache/downloads/``) if there is one.
 
     Raises a ``FileNotFoundError`` saying how to give the data and where to get it.
     """
@@ -36,10 +41,26 @@ def data_path(path: Optional[str | Path], file_name: str, data_set: str, source:
     folder = os.environ.get(DATA_ENV)
     if folder:
         return Path(folder) / file_name
-    raise FileNotFoundError(
-        f"{data_set} is not given: pass --data PATH (its zip file or unpacked folder) or set {DATA_ENV} "
-        f"to the folder holding {file_name}. {source}"
-    )
+    how = (f"pass --data PATH (its zip file or unpacked folder) or set {DATA_ENV} to the folder holding "
+           f"{file_name}. {source}")
+    if url is None:
+        raise FileNotFoundError(f"{data_set} is not given: {how}")
+    target = DOWNLOAD_DIR / url.rsplit("/", 1)[-1]
+    if not target.is_file():
+        try:
+            download(url, target)
+        except OSError as error:  # no network, a proxy, a full disk
+            raise FileNotFoundError(f"{data_set} is not given and downloading {url} failed ({error}): {how}") from error
+    return target
+
+
+def download(url: str, target: Path) -> None:
+    """Fetch ``url`` into ``target``, written atomically (a failed download leaves nothing)."""
+    from urllib.request import urlopen
+
+    print(f"downloading {url} to {target}", flush=True)
+    with urlopen(url, timeout=60) as response:
+        write_atomically(target, response.read())
 
 
 class Archive:

@@ -31,6 +31,7 @@ from benchmarks.streams.archives import Archive, cached, data_path, decode_image
 from benchmarks.streams.tiny_imagenet import FILE_NAME as TINY_IMAGENET_FILE
 from benchmarks.streams.tiny_imagenet import PRETRAIN_CLASSES, load_tiny_imagenet
 from benchmarks.streams.tiny_imagenet import SOURCE as TINY_IMAGENET_SOURCE
+from benchmarks.streams.tiny_imagenet import URL as TINY_IMAGENET_URL
 
 PACS_FILE = "pacs-64px.zip"
 PACS_SOURCE = "PACS is published at https://domaingeneralization.github.io/#data (read here in its own layout)"
@@ -179,7 +180,7 @@ def split_tiny_imagenet(
                                         or train_per_class < 1):
         raise ValueError(f"train_per_class must be a positive int or None, got {train_per_class!r}")
     train_transform, eval_transform = vit_transforms(image_size, mean, std)
-    path = data_path(path, TINY_IMAGENET_FILE, "Tiny-ImageNet", TINY_IMAGENET_SOURCE)
+    path = data_path(path, TINY_IMAGENET_FILE, "Tiny-ImageNet", TINY_IMAGENET_SOURCE, TINY_IMAGENET_URL)
     data = load_tiny_imagenet(path, image_size=image_size, cache_dir=_cache_dir(cache_dir))
     stop = PRETRAIN_CLASSES + TINY_IMAGENET_STREAM_CLASSES
     if len(data.wnids) != stop:

@@ -17,8 +17,8 @@ from torch import Tensor
 from benchmarks.streams.archives import CACHE_DIR, Archive, cached, data_path, decode_images
 
 FILE_NAME = "tiny-imagenet-200-32px.zip"
-SOURCE = ("Tiny-ImageNet is published at http://cs231n.stanford.edu/tiny-imagenet-200.zip (64 px; "
-          "decoded at the backbone's size here)")
+URL = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"  # the official release, 64 px
+SOURCE = f"Tiny-ImageNet is published at {URL} (64 px; decoded at the backbone's size here)"
 PRETRAIN_CLASSES = 100
 
 
@@ -41,7 +41,7 @@ class TinyImageNet:
 def load_tiny_imagenet(path: Optional[str | Path] = None, *, image_size: int = 32,
                        cache_dir: Path = CACHE_DIR) -> TinyImageNet:
     """All 200 classes, train and val, decoded once and cached as tensors."""
-    archive = Archive(data_path(path, FILE_NAME, "Tiny-ImageNet", SOURCE))
+    archive = Archive(data_path(path, FILE_NAME, "Tiny-ImageNet", SOURCE, URL))
     cache = cache_dir / f"tiny_imagenet_{archive.fingerprint()}_{image_size}px.pt"
     return TinyImageNet(**cached(cache, lambda: _decode(archive, image_size)))
 
