@@ -243,3 +243,11 @@ def test_runner_resume_gives_the_uninterrupted_accuracy_matrix(tiny_backbone, tm
     monkeypatch.setattr(CoLoR, "training_epoch", None)
     again = run_comparison(config(tmp_path / "resumed", resume=True), progress=False)["runs"][0]
     assert again == resumed
+
+
+def test_atomic_writes_get_the_permissions_a_plain_write_gets(tmp_path):
+    from avalanche_color.utils.files import write_atomically
+
+    (tmp_path / "plain").write_bytes(b"x")
+    write_atomically(tmp_path / "atomic", b"x")
+    assert (tmp_path / "atomic").stat().st_mode == (tmp_path / "plain").stat().st_mode

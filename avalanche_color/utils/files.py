@@ -20,6 +20,9 @@ def write_atomically(path: PathLike, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # as open() would create it, not mkstemp's 0600
         with os.fdopen(descriptor, "wb") as file:
             file.write(data)
             file.flush()
