@@ -13,18 +13,18 @@ from typing import Any, Optional
 from avalanche.core import BasePlugin
 from torch import nn
 from torch.optim import SGD
-from torch.optim.lr_scheduler import CosineAnnealingLR
 
 from avalanche_color.config import CoLoRConfig, SPromptsConfig
 from avalanche_color.experts.routed_vit import RoutedExpertViT
 from avalanche_color.routing.plugin import PrototypeRouterPlugin
 from avalanche_color.training.configured_strategy import ConfiguredStrategy
+from avalanche_color.training.cosine_schedule import PerExperienceCosine
 from avalanche_color.training.data_checks import DataChecksPlugin
 from avalanche_color.training.distributed import eval_loader, gather_eval_batch, is_distributed, wrap_current_expert
 from avalanche_color.training.plugin_compatibility import ROUTED_EXPERTS
 
 
-class RoutedExpertsTemplate(ConfiguredStrategy):
+class RoutedExpertsTemplate(PerExperienceCosine, ConfiguredStrategy):
     """A :class:`RoutedExpertViT` trained expert by expert, with prototype routing.
 
     Subclasses name their model and config class (see
@@ -36,7 +36,6 @@ class RoutedExpertsTemplate(ConfiguredStrategy):
     incompatible_plugins = ROUTED_EXPERTS
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.lr_scheduler: Optional[CosineAnnealingLR] = None
         # Under torchrun: the model in DDP over the current expert, for training steps.
         self.ddp_model: Optional[nn.Module] = None
         super().__init__(*args, **kwargs)
@@ -78,11 +77,5 @@ class RoutedExpertsTemplate(ConfiguredStrategy):
         trainable = [p for p in self.model.parameters() if p.requires_grad]
         config = self.config
         self.optimizer = SGD(trainable, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
-        steps = self.train_epochs * max(len(self.dataloader), 1)
-        self.lr_scheduler = CosineAnnealingLR(self.optimizer, T_max=steps)
-
-    def optimizer_step(self) -> None:
-        super().optimizer_step()
-        if self.lr_scheduler is not None:
-            self.lr_scheduler.step()
+        self.restart_cosine()
 

@@ -15,10 +15,11 @@ from avalanche.training import EWC, JointTraining, LwF, Naive, Replay
 from avalanche.training.plugins import EvaluationPlugin
 from avalanche.training.templates import SupervisedTemplate
 from torch import Tensor, nn
-from torch.optim.lr_scheduler import CosineAnnealingLR
 from torch.utils.data import DataLoader
 
 from avalanche_color import L2P, CoLoR, CoLoRConfig, ExpertViT, RoutedExpertViT, SPrompts, routing_accuracy_metrics
+from avalanche_color.training.cosine_schedule import PerExperienceCosine
+from avalanche_color.training.experiences import experience_classes
 
 # CoLoR's routing per method name; "CoLoR-oracle" needs a stream with task label = experience.
 COLOR_ROUTING = {"CoLoR": "backbone", "CoLoR++": "first_expert", "CoLoR-oracle": "oracle"}
@@ -193,7 +194,7 @@ class CurrentClassesMasking(SupervisedPlugin):
         # Avalanche's model adaptation (just before) has switched the current classes on.
         self.seen = self.head.active_units.clone()
         self.current = torch.zeros_like(self.seen)
-        self.current[list(strategy.experience.classes_in_this_experience)] = 1
+        self.current[experience_classes(strategy.experience)] = 1
         self._show(self.current)
 
     def after_training_exp(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
@@ -241,13 +242,12 @@ class ClassMeanUpdate(SupervisedPlugin):
     per batch; ``NCMOracle`` embeds all the data seen again after each experience. Running sums
     give the exact means with one pass over each experience. Like Avalanche's
     ``compute_class_means``: the mean of the normalised features, normalised; the data set's eval
-    transforms.
+    transforms. Normalising the sum gives that mean's direction, so no count is kept.
     """
 
     def __init__(self) -> None:
         super().__init__()
-        self.sums: dict[int, Tensor] = {}
-        self.counts: dict[int, int] = {}
+        self.sums: dict[int, Tensor] = {}  # per class: the sum of its normalised features
 
     @torch.no_grad()
     def after_training_exp(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
@@ -259,9 +259,7 @@ class ClassMeanUpdate(SupervisedPlugin):
             features = nn.functional.normalize(model.feature_extractor(x.to(strategy.device)), dim=-1)
             y = y.to(features.device)
             for label in y.unique().tolist():
-                chosen = features[y == label]
-                self.sums[label] = self.sums.get(label, 0) + chosen.sum(dim=0)
-                self.counts[label] = self.counts.get(label, 0) + len(chosen)
+                self.sums[label] = self.sums.get(label, 0) + features[y == label].sum(dim=0)
         model.train(training)
         model.eval_classifier.replace_class_means_dict(
             {label: nn.functional.normalize(total, dim=0) for label, total in self.sums.items()})
@@ -294,7 +292,7 @@ class SingleLoRAExpert(nn.Module):
         return self.experts.predict(x, 0)
 
 
-class JointExpertTraining(JointTraining):
+class JointExpertTraining(PerExperienceCosine, JointTraining):
     """Avalanche's ``JointTraining`` of a :class:`SingleLoRAExpert`, trained as CoLoR trains an
     expert: the given SGD (the expert's parameters only) with a cosine schedule over all steps.
 
@@ -302,16 +300,8 @@ class JointExpertTraining(JointTraining):
     experience, which would give the ExpertViT one more expert per experience.
     """
 
-    lr_scheduler: Optional[CosineAnnealingLR] = None
-
     def model_adaptation(self, model: Optional[nn.Module] = None) -> nn.Module:
         return (self.model if model is None else model).to(self.device)
 
     def make_optimizer(self, **kwargs: Any) -> None:
-        steps = self.train_epochs * max(len(self.dataloader), 1)
-        self.lr_scheduler = CosineAnnealingLR(self.optimizer, T_max=steps)
-
-    def optimizer_step(self) -> None:
-        super().optimizer_step()
-        if self.lr_scheduler is not None:
-            self.lr_scheduler.step()
+        self.restart_cosine()

@@ -1,0 +1,24 @@
+"""Cosine annealing of the learning rate over one experience's steps, restarted with each optimiser."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from torch.optim.lr_scheduler import CosineAnnealingLR
+
+
+class PerExperienceCosine:
+    """Mixin for an Avalanche template: call :meth:`restart_cosine` once its optimiser for the
+    experience exists; the learning rate then anneals to zero over the experience's steps
+    (``train_epochs`` x batches), stepping after every optimiser step."""
+
+    lr_scheduler: Optional[CosineAnnealingLR] = None
+
+    def restart_cosine(self) -> None:
+        steps = self.train_epochs * max(len(self.dataloader), 1)  # type: ignore[attr-defined]
+        self.lr_scheduler = CosineAnnealingLR(self.optimizer, T_max=steps)  # type: ignore[attr-defined]
+
+    def optimizer_step(self) -> None:
+        super().optimizer_step()  # type: ignore[misc]
+        if self.lr_scheduler is not None:
+            self.lr_scheduler.step()
