@@ -49,7 +49,7 @@ def plural(count: int, word: str = "expert") -> str:
 def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="vit_base_patch16_224", help="timm model name (random weights)")
-    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--batch-size", type=int, default=10, help="at least --experts: one sample per expert")
     parser.add_argument("--rank", type=int, default=64)
     parser.add_argument("--experts", type=int, default=10, help="experts mixed in a batch for R3, R4 and R5")
     parser.add_argument("--mixed-experts", default="1,2,10,50",
