@@ -95,6 +95,37 @@ def optional(check: Check) -> Check:
     return lambda name, value: None if value is None else check(name, value)
 
 
+def check_str(name: str, value: object) -> None:
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a string, got {value!r}")
+
+
+def each(check: Check, *, allow_empty: bool = False) -> Check:
+    """A tuple or list whose every item passes ``check`` (and, unless ``allow_empty``, not empty)."""
+
+    def check_items(name: str, values: object) -> None:
+        if not isinstance(values, (tuple, list)):
+            raise ValueError(f"{name} must be a tuple or list, got {values!r}")
+        if not values and not allow_empty:
+            raise ValueError(f"{name} must not be empty")
+        for value in values:
+            check(f"each of {name}", value)
+
+    return check_items
+
+
+def subset_of(allowed: Collection[str], *, allow_empty: bool = False) -> Check:
+    """A tuple or list of values from ``allowed``, naming all those that are not."""
+
+    def check_subset(name: str, values: object) -> None:
+        each(lambda _, __: None, allow_empty=allow_empty)(name, values)
+        unknown = [value for value in values if value not in allowed]  # type: ignore[union-attr]
+        if unknown:
+            raise ValueError(f"{name} must be among {tuple(allowed)}, got {unknown}")
+
+    return check_subset
+
+
 def option(default: Any, check: Check, *, expert_setting: bool = False) -> Any:
     """A config field with its check. ``expert_setting``: it decides what saved experts mean,
     so a checkpoint written with another value cannot be loaded."""

@@ -75,10 +75,12 @@ def test_metrics_from_the_accuracy_matrix():
 @pytest.mark.parametrize("field, value, message", [
     ("benchmark", "mnist", "benchmark must be one of"),
     ("methods", ("CoLoR", "iCaRL"), "methods must be among"),
-    ("ranks", (0,), "ranks must be positive"),
+    ("ranks", (0,), "each of ranks must be an integer >= 1, got 0"),
     ("seeds", (), "seeds must not be empty"),
     ("loggers", ("stdout",), "loggers must be among"),
-    ("prototypes_per_class", 0, "prototypes_per_class must be a positive integer"),
+    ("prototypes_per_class", 0, "prototypes_per_class must be an integer >= 1, got 0"),
+    ("color_lr", -1.0, "color_lr must be a number > 0"),
+    ("seeds", 0, "seeds must be a tuple or list, got 0"),
 ])
 def test_bad_configuration_is_refused(field, value, message, tmp_path):
     with pytest.raises(ValueError, match=message):

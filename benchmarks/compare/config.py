@@ -6,49 +6,59 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from avalanche_color.config import (Options, check_bool, check_int, check_non_negative, check_positive,
+                                    check_positive_int, check_str, each, one_of, option, optional, subset_of)
 from benchmarks.compare.methods import METHODS
 from benchmarks.compare.presets import preset_settings
-from benchmarks.streams.registry import benchmark_spec
+from benchmarks.streams.registry import BENCHMARKS
 
 RESULTS = Path(__file__).parents[1] / "results"
 LOGGERS = ("text", "csv", "tensorboard")
 
 
+def check_path(name: str, value: object) -> None:
+    if not isinstance(value, Path):
+        raise ValueError(f"{name} must be a path, got {value!r}")
+
+
 @dataclass(frozen=True)
-class ComparisonConfig:
+class ComparisonConfig(Options):
     """One comparison. ``backbone``, ``ks`` and ``out`` default to the benchmark's.
 
     ``weight_decay`` goes to every method's SGD (None: each method's own, see
     :class:`~benchmarks.compare.methods.Hyperparameters`). ``preset`` names the preset the
     settings came from (:mod:`benchmarks.compare.presets`; :meth:`from_preset` applies one);
-    ``preset_settings`` records its values.
+    ``preset_settings`` records its values. Every field is checked on construction, as the
+    strategies' options are (:mod:`avalanche_color.config`).
     """
 
-    benchmark: str
-    methods: tuple[str, ...] = METHODS
-    seeds: tuple[int, ...] = (0,)
-    baseline_seeds: Optional[tuple[int, ...]] = None
-    epochs: int = 5
-    batch_size: int = 64
-    backbone: Optional[str] = None
-    data: Optional[Path] = None
-    ranks: tuple[int, ...] = (8,)
-    ks: Optional[tuple[int, ...]] = None
-    color_lr: float = 0.05
-    baseline_lr: float = 0.01
-    weight_decay: Optional[float] = None
-    prototypes_per_class: Optional[int] = None
-    train_per_class: Optional[int] = None
-    device: str = "auto"
-    out: Optional[Path] = None
-    loggers: tuple[str, ...] = LOGGERS
-    wandb_project: Optional[str] = None
-    wandb_entity: Optional[str] = None
-    resume: bool = False
-    checkpoint_epochs: Optional[int] = None
-    preset: Optional[str] = None
-    command: str = field(default="", compare=False)
-    preset_settings: Optional[dict[str, Any]] = field(default=None, init=False, compare=False)
+    benchmark: str = field(metadata={"check": one_of(sorted(BENCHMARKS)), "expert_setting": False})
+    methods: tuple[str, ...] = option(METHODS, subset_of(METHODS))
+    seeds: tuple[int, ...] = option((0,), each(check_int))
+    baseline_seeds: Optional[tuple[int, ...]] = option(None, optional(each(check_int)))
+    epochs: int = option(5, check_positive_int)
+    batch_size: int = option(64, check_positive_int)
+    backbone: Optional[str] = option(None, optional(check_str))
+    data: Optional[Path] = option(None, optional(check_path))
+    ranks: tuple[int, ...] = option((8,), each(check_positive_int))
+    ks: Optional[tuple[int, ...]] = option(None, optional(each(check_positive_int)))
+    color_lr: float = option(0.05, check_positive)
+    baseline_lr: float = option(0.01, check_positive)
+    weight_decay: Optional[float] = option(None, optional(check_non_negative))
+    prototypes_per_class: Optional[int] = option(None, optional(check_positive_int))
+    train_per_class: Optional[int] = option(None, optional(check_positive_int))
+    device: str = option("auto", check_str)
+    out: Optional[Path] = option(None, optional(check_path))
+    loggers: tuple[str, ...] = option(LOGGERS, subset_of(LOGGERS, allow_empty=True))
+    wandb_project: Optional[str] = option(None, optional(check_str))
+    wandb_entity: Optional[str] = option(None, optional(check_str))
+    resume: bool = option(False, check_bool)
+    checkpoint_epochs: Optional[int] = option(None, optional(check_positive_int))
+    preset: Optional[str] = option(None, optional(check_str))
+    command: str = field(default="", compare=False, metadata={"check": check_str, "expert_setting": False})
+    preset_settings: Optional[dict[str, Any]] = field(default=None, init=False, compare=False,
+                                                      metadata={"check": lambda name, value: None,
+                                                                "expert_setting": False})
 
     @classmethod
     def from_preset(cls, preset: Optional[str], **settings: Any) -> "ComparisonConfig":
@@ -58,26 +68,11 @@ class ComparisonConfig:
         return cls(**{**preset_settings(preset, settings["benchmark"]), **settings, "preset": preset})
 
     def __post_init__(self) -> None:
-        benchmark_spec(self.benchmark)
+        for name in ("data", "out"):  # paths may come as strings (notebooks, JSON configs)
+            if isinstance(getattr(self, name), str):
+                object.__setattr__(self, name, Path(getattr(self, name)))
+        super().__post_init__()
+
+    def _check_together(self) -> None:
         if self.preset is not None:
             object.__setattr__(self, "preset_settings", preset_settings(self.preset, self.benchmark))
-        for name in ("data", "out"):  # paths may come as strings (notebooks, JSON configs)
-            if getattr(self, name) is not None:
-                object.__setattr__(self, name, Path(getattr(self, name)))
-        for name, values, allowed in (("methods", self.methods, METHODS), ("loggers", self.loggers, LOGGERS)):
-            unknown = [v for v in values if v not in allowed]
-            if unknown:
-                raise ValueError(f"{name} must be among {allowed}, got {unknown}")
-        for name in ("seeds", "ranks", "methods"):
-            if not getattr(self, name):
-                raise ValueError(f"{name} must not be empty")
-        if self.checkpoint_epochs is not None and self.checkpoint_epochs < 1:
-            raise ValueError(f"checkpoint_epochs must be a positive integer, got {self.checkpoint_epochs}")
-        for name, values in (("ranks", self.ranks), ("ks", self.ks or ()),
-                             ("epochs", (self.epochs,)), ("batch_size", (self.batch_size,))):
-            if any(v < 1 for v in values):
-                raise ValueError(f"{name} must be positive integers, got {values}")
-        if self.prototypes_per_class is not None and self.prototypes_per_class < 1:
-            raise ValueError(f"prototypes_per_class must be a positive integer, got {self.prototypes_per_class}")
-        if self.weight_decay is not None and self.weight_decay < 0:
-            raise ValueError(f"weight_decay must be non-negative, got {self.weight_decay}")

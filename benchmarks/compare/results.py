@@ -8,12 +8,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from avalanche_color.utils.files import write_atomically
 from benchmarks.compare.config import ComparisonConfig
 from benchmarks.reporting import markdown_table, plot_accuracy, summary_rows, write_csv
 from benchmarks.streams.registry import BenchmarkSpec
+
+REPOSITORY = Path(__file__).resolve().parents[2]
 
 
 def write_results(result: dict[str, Any], config: ComparisonConfig, spec: BenchmarkSpec, out: Path) -> str:
@@ -32,7 +32,16 @@ def write_results(result: dict[str, Any], config: ComparisonConfig, spec: Benchm
 
 
 def config_record(config: ComparisonConfig) -> dict[str, Any]:
-    return jsonable(asdict(config))
+    """The config as JSON; paths inside the repository relative to it, so no machine's folders show."""
+    return jsonable({name: repository_relative(value) if isinstance(value, Path) else value
+                     for name, value in asdict(config).items()})
+
+
+def repository_relative(path: Path) -> Path:
+    try:
+        return path.resolve().relative_to(REPOSITORY)
+    except ValueError:
+        return path
 
 
 def slug(label: str) -> str:
@@ -46,8 +55,3 @@ def jsonable(value: Any) -> Any:
         return [jsonable(v) for v in value]
     return str(value) if isinstance(value, Path) else value
 
-
-def device_name(device: str) -> str:
-    if device.startswith("cuda"):
-        return torch.cuda.getdevice_name(torch.device(device))
-    return f"cpu ({torch.get_num_threads()} threads)"

@@ -23,6 +23,9 @@ baselines, which cost far more, for ``--baseline-seeds`` (default: the first see
 from ``runs/``, a CoLoR-family run continues from its checkpoint (the accuracy matrix so far comes
 back with it, so the results equal an uninterrupted comparison's), a baseline run starts over. Give the same
 arguments as the interrupted command; a resumed run's wall and CPU seconds count its resumed part.
+It refuses a folder whose runs were made with other settings, backbone weights, code, torch
+version or thread count (``runs/provenance.json``, :mod:`benchmarks.compare.provenance`); a start
+without ``--resume`` clears the folder's earlier runs and checkpoints.
 
     python -m benchmarks.compare --benchmark pacs --resume
 
@@ -44,9 +47,11 @@ from avalanche_color.training.distributed import is_distributed
 from benchmarks.compare.config import RESULTS, ComparisonConfig
 from benchmarks.compare.methods import Budget, Hyperparameters, needs_task_labels
 from benchmarks.compare.plan import check_distributed, plan_runs
-from benchmarks.compare.results import config_record, device_name, write_results
+from benchmarks.compare.provenance import claim_folder, provenance
+from benchmarks.compare.results import config_record, write_results
 from benchmarks.compare.run import build_stream, load_comparison_backbone, run_method
 from benchmarks.reporting import markdown_table, summary_rows
+from benchmarks.reporting.machine import describe_machine
 from benchmarks.streams.registry import benchmark_spec
 
 
@@ -65,6 +70,9 @@ def run_comparison(config: ComparisonConfig, progress: bool = True) -> dict[str,
     else:
         device = config.device if config.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     backbone = load_comparison_backbone(config.backbone or spec.backbone)
+    produced_by = provenance(config, backbone, device)
+    if main_process:
+        claim_folder(out, produced_by, config.resume)
     plan = plan_runs(config, spec)
     streams: dict[tuple[int, bool], Any] = {}
 
@@ -82,7 +90,8 @@ def run_comparison(config: ComparisonConfig, progress: bool = True) -> dict[str,
                                    Budget(config.epochs, config.batch_size, device), hp, config, out))
             bar.update()
 
-    result = {"config": config_record(config), "device": device_name(device), "runs": runs}
+    result = {"config": config_record(config), "device": describe_machine(device),
+              "backbone": produced_by["backbone"], "code": produced_by["code"], "runs": runs}
     if is_distributed():
         result["world_size"] = DistributedHelper.world_size
     if not main_process:  # every rank holds the same results; rank 0 writes them
