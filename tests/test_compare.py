@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import warnings
 
 import pytest
 import wandb
@@ -110,3 +112,16 @@ def test_per_class_prototypes_reach_the_prototype_routed_methods(method, tiny_ba
     assert strategy.config.prototypes_per_class == 3
     assert build_strategy(method, lambda classes: load_backbone(tiny_backbone), 10, Budget(epochs=1),
                           Hyperparameters()).config.prototypes_per_class is None
+
+
+def test_the_runner_hides_avalanche_deprecations_about_its_own_code_and_no_other_warning(monkeypatch):
+    from benchmarks.compare.__main__ import hide_avalanche_deprecations
+
+    shown = []
+    monkeypatch.setattr(warnings, "showwarning", lambda message, *_, **__: shown.append(str(message)))
+    hide_avalanche_deprecations()
+    site = os.path.join("site-packages", "avalanche", "training", "plugins", "replay.py")
+    warnings.showwarning(DeprecationWarning("Call to deprecated function update"), DeprecationWarning, site, 123)
+    warnings.showwarning(DeprecationWarning("ours is old"), DeprecationWarning, "train.py", 1)
+    warnings.showwarning(UserWarning("avalanche says"), UserWarning, site, 123)
+    assert shown == ["ours is old", "avalanche says"]
