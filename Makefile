@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: main test perf benchmarks benchmarks-pacs benchmarks-tiny setup clean
+.PHONY: main test perf benchmarks benchmarks-digits benchmarks-pacs benchmarks-tiny setup clean
 
 MAIN := --methods CoLoR Naive EWC LwF Replay --epochs 5 --batch-size 32 --rank 16 --k 10 --loggers
 main: $(STAMP)
@@ -21,11 +21,18 @@ test: $(STAMP)
 # on every run): about 3 hours on one core; `make -j2 benchmarks` runs PACS and Tiny side by side.
 # Interrupted? Run it again: --resume keeps every finished run.
 BASELINE_METHODS := --methods CoLoR CoLoR++ CoLoR-oracle Naive EWC LwF Replay FT-masked NCM Joint-FT Joint-LoRA
-PROMPT_METHODS := --methods CoLoR S-Prompts L2P
+PROMPT_METHODS := --methods S-Prompts L2P
 COMPARE := OMP_NUM_THREADS=1 $(VENV)/bin/python -m benchmarks.compare
 PACS := --benchmark pacs --epochs 3
 TINY := --benchmark split_tiny_imagenet --epochs 2 --train-per-class 100
-benchmarks: benchmarks-pacs benchmarks-tiny
+DIGITS := --epochs 5 --batch-size 32 --rank 16 --k 10 --loggers --methods CoLoR CoLoR++ --seeds 0 1 2
+benchmarks: benchmarks-digits benchmarks-pacs benchmarks-tiny
+
+benchmarks-digits: $(STAMP)
+	$(COMPARE) --benchmark digits_class $(DIGITS) --name digits_class_prototypes_per_experience
+	$(COMPARE) --benchmark digits_class $(DIGITS) --name digits_class_prototypes_per_class --prototypes-per-class 2
+	$(COMPARE) --benchmark digits_domain $(DIGITS) --name digits_domain_prototypes_per_experience
+	$(COMPARE) --benchmark digits_domain $(DIGITS) --name digits_domain_prototypes_per_class --prototypes-per-class 2
 
 benchmarks-pacs: $(STAMP)
 	$(COMPARE) $(PACS) $(BASELINE_METHODS) --seeds 0 1 2 --resume

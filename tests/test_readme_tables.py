@@ -17,12 +17,13 @@ def test_a_block_is_rewritten_from_its_results_and_a_stale_one_is_found(tmp_path
            "wall_seconds": 6.0, "cpu_seconds": 6.0}
     (tmp_path / "toy").mkdir()
     (tmp_path / "toy" / "results.json").write_text(json.dumps(
-        {"config": {"command": "python -m benchmarks.compare --benchmark toy"}, "device": "cpu (1 threads)",
+        {"config": {"command": "python -m benchmarks.compare --benchmark toy"}, "device": "cpu: AMD EPYC (x86_64), 1 thread; torch 2.14.1",
          "runs": [run]}))
     text = "intro\n<!-- results: toy -->\nold numbers\n<!-- end results -->\noutro\n"
     assert stale_blocks(text, tmp_path) == ["toy"]
     fresh = updated(text, tmp_path)
     assert fresh.startswith("intro\n") and fresh.endswith("<!-- end results -->\noutro\n")
-    assert "--benchmark toy" in fresh and "| CoLoR | 1 | 50.0 |" in fresh and "cpu (1 threads)" in fresh
+    assert "OMP_NUM_THREADS=1 python -m benchmarks.compare --benchmark toy" in fresh  # as it ran
+    assert "| CoLoR | 1 | 50.0 |" in fresh and "Made on cpu: AMD EPYC (x86_64), 1 thread" in fresh
     assert "minutes" not in fresh  # wall time differs between runs: not in the README
     assert stale_blocks(fresh, tmp_path) == [] and render("toy", tmp_path) in fresh

@@ -10,8 +10,8 @@ A table's place in README.md is marked by a pair of comments naming its results 
     ...
     <!-- end results -->
 
-Between them goes the command that produced the results, the table (without wall time, which
-differs between runs), and the machine it ran on.
+Between them goes the command that produced the results (on a CPU, with the thread count it ran
+with), the table (without wall time, which differs between runs), and the machine it ran on.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from benchmarks.reporting import markdown_table, summary_rows
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 RESULTS = ROOT / "benchmarks" / "results"
+CPU_THREADS = re.compile(r"^cpu\b.*?(\d+) threads?\b")
 BLOCK = re.compile(r"(<!-- results: (?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- end results -->)", re.DOTALL)
 
 
@@ -34,6 +35,9 @@ def render(name: str, results: Path = RESULTS) -> str:
     """The README block for ``benchmarks/results/<name>``: command, table, machine."""
     result = json.loads((results / name / "results.json").read_text())
     command = result["config"].get("command") or "python -m benchmarks.compare ..."
+    threads = CPU_THREADS.search(result["device"])
+    if threads:  # float sums depend on the thread count: the same count gives the same table
+        command = f"OMP_NUM_THREADS={threads[1]} {command}"
     # Wall time differs between runs and machines: it stays in summary.md, out of the README.
     rows = [{column: value for column, value in row.items() if column != "minutes / run"}
             for row in summary_rows(result["runs"])]
