@@ -18,7 +18,8 @@ test: $(STAMP)
 	$(VENV)/bin/python -m pytest tests
 
 # The README's benchmark tables (benchmarks/results/<name>/), each on one thread (the same numbers
-# on every run): about 3 hours on one core; `make -j2 benchmarks` runs PACS and Tiny side by side.
+# on every run): about 3.5 CPU hours; `make -j2 benchmarks` runs the lanes side by side (about
+# 2 hours on 2 cores: the Tiny lane). The data: AVALANCHE_COLOR_DATA=<folder with the zips>.
 # Interrupted? Run it again: --resume keeps every finished run.
 BASELINE_METHODS := --methods CoLoR CoLoR++ CoLoR-oracle Naive EWC LwF Replay FT-masked NCM Joint-FT Joint-LoRA
 PROMPT_METHODS := --methods S-Prompts L2P

@@ -103,7 +103,8 @@ def test_comparison_runner_under_torchrun_matches_a_single_process_run(tiny_back
     assert run.stdout.count("written to") == 1  # rank 0 alone reports
     saved = json.loads((out / "results.json").read_text())
     assert saved["world_size"] == 2 and [r["label"] for r in saved["runs"]] == ["CoLoR"]
-    assert [p.name for p in (out / "runs").iterdir()] == ["CoLoR_seed0.json"]
+    # One record and one provenance stamp, both from rank 0.
+    assert sorted(p.name for p in (out / "runs").iterdir()) == ["CoLoR_seed0.json", "provenance.json"]
     assert (out / "logs" / "CoLoR_seed0" / "log.txt").exists()
 
     single = run_comparison(ComparisonConfig(benchmark="digits_class", methods=("CoLoR",), epochs=1, batch_size=64,
