@@ -126,10 +126,15 @@ def subset_of(allowed: Collection[str], *, allow_empty: bool = False) -> Check:
     return check_subset
 
 
-def option(default: Any, check: Check, *, expert_setting: bool = False) -> Any:
+def option(default: Any, check: Check, *, expert_setting: bool = False, **field_options: Any) -> Any:
     """A config field with its check. ``expert_setting``: it decides what saved experts mean,
-    so a checkpoint written with another value cannot be loaded."""
-    return field(default=default, metadata={"check": check, "expert_setting": expert_setting})
+    so a checkpoint written with another value cannot be loaded. ``default=dataclasses.MISSING``
+    makes the option required; ``field_options`` go to :func:`dataclasses.field`."""
+    return field(default=default, metadata={"check": check, "expert_setting": expert_setting}, **field_options)
+
+
+def unchecked(name: str, value: object) -> None:
+    """For a field the config sets itself (``init=False``): nothing to check."""
 
 
 # ---------------------------------------------------------------------- the options

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from avalanche_color.config import (Options, check_bool, check_int, check_non_negative, check_positive,
-                                    check_positive_int, check_str, each, one_of, option, optional, subset_of)
+                                    check_positive_int, check_str, each, one_of, option, optional, subset_of,
+                                    unchecked)
 from benchmarks.compare.methods import METHODS
 from benchmarks.compare.presets import preset_settings
 from benchmarks.streams.registry import BENCHMARKS
@@ -32,7 +33,7 @@ class ComparisonConfig(Options):
     strategies' options are (:mod:`avalanche_color.config`).
     """
 
-    benchmark: str = field(metadata={"check": one_of(sorted(BENCHMARKS)), "expert_setting": False})
+    benchmark: str = option(MISSING, one_of(sorted(BENCHMARKS)))
     methods: tuple[str, ...] = option(METHODS, subset_of(METHODS))
     seeds: tuple[int, ...] = option((0,), each(check_int))
     baseline_seeds: Optional[tuple[int, ...]] = option(None, optional(each(check_int)))
@@ -55,10 +56,8 @@ class ComparisonConfig(Options):
     resume: bool = option(False, check_bool)
     checkpoint_epochs: Optional[int] = option(None, optional(check_positive_int))
     preset: Optional[str] = option(None, optional(check_str))
-    command: str = field(default="", compare=False, metadata={"check": check_str, "expert_setting": False})
-    preset_settings: Optional[dict[str, Any]] = field(default=None, init=False, compare=False,
-                                                      metadata={"check": lambda name, value: None,
-                                                                "expert_setting": False})
+    command: str = option("", check_str, compare=False)
+    preset_settings: Optional[dict[str, Any]] = option(None, unchecked, init=False, compare=False)
 
     @classmethod
     def from_preset(cls, preset: Optional[str], **settings: Any) -> "ComparisonConfig":
