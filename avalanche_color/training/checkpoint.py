@@ -40,6 +40,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor, nn
 
+from avalanche_color.utils.digests import tensors_digest
 from avalanche_color.utils.files import PathLike, write_atomically
 
 FORMAT = "avalanche_color.checkpoint"
@@ -98,14 +99,7 @@ def backbone_fingerprint(model: nn.Module) -> str:
     keeps this digest instead of a copy of the backbone.
     """
     experts = set(model.experts_state_dict())
-    digest = hashlib.blake2b(digest_size=16)
-    for name, tensor in model.state_dict().items():
-        if name in experts:
-            continue
-        values = tensor.detach().to("cpu").contiguous().reshape(-1)
-        digest.update(f"{name}|{tuple(tensor.shape)}|{tensor.dtype};".encode())
-        digest.update(values.view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
+    return tensors_digest((name, tensor) for name, tensor in model.state_dict().items() if name not in experts)
 
 
 def model_extras(model: nn.Module) -> dict[str, Any]:

@@ -11,17 +11,18 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from avalanche_color.utils.digests import tensors_digest
 from avalanche_color.utils.files import write_atomically
+from benchmarks import REPOSITORY
 from benchmarks.compare.config import ComparisonConfig
+from benchmarks.compare.results import config_record
 
-REPOSITORY = Path(__file__).resolve().parents[2]
 CODE = ("avalanche_color", "benchmarks")
 # Settings that choose which runs are made or where their outputs go, not what a run computes.
 NOT_IN_RESULTS = frozenset({"methods", "seeds", "baseline_seeds", "out", "loggers", "wandb_project",
@@ -29,11 +30,7 @@ NOT_IN_RESULTS = frozenset({"methods", "seeds", "baseline_seeds", "out", "logger
 
 
 def weights_digest(model: nn.Module) -> str:
-    digest = hashlib.blake2b(digest_size=12)
-    for name, tensor in model.state_dict().items():
-        digest.update(f"{name}|{tuple(tensor.shape)}|{tensor.dtype};".encode())
-        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
+    return tensors_digest(model.state_dict().items(), digest_size=12)
 
 
 def code_digest(root: Path = REPOSITORY) -> str:
@@ -45,11 +42,9 @@ def code_digest(root: Path = REPOSITORY) -> str:
 
 
 def provenance(config: ComparisonConfig, backbone: nn.Module, device: str) -> dict[str, Any]:
-    settings = {name: value for name, value in asdict(config).items() if name not in NOT_IN_RESULTS}
-    return json.loads(json.dumps({
-        "settings": settings, "device": device, "backbone": weights_digest(backbone), "code": code_digest(),
-        "torch": torch.__version__, "threads": torch.get_num_threads(),
-    }, default=str))
+    settings = {name: value for name, value in config_record(config).items() if name not in NOT_IN_RESULTS}
+    return {"settings": settings, "device": device, "backbone": weights_digest(backbone), "code": code_digest(),
+            "torch": torch.__version__, "threads": torch.get_num_threads()}
 
 
 def claim_folder(out: Path, record: dict[str, Any], resume: bool) -> None:

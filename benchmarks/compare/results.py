@@ -9,11 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from avalanche_color.utils.files import write_atomically
+from benchmarks import REPOSITORY
 from benchmarks.compare.config import ComparisonConfig
 from benchmarks.reporting import markdown_table, plot_accuracy, summary_rows, write_csv
 from benchmarks.streams.registry import BenchmarkSpec
-
-REPOSITORY = Path(__file__).resolve().parents[2]
 
 
 def write_results(result: dict[str, Any], config: ComparisonConfig, spec: BenchmarkSpec, out: Path) -> str:

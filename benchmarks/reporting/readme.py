@@ -22,11 +22,11 @@ import re
 import sys
 from pathlib import Path
 
+from benchmarks import REPOSITORY
 from benchmarks.reporting import markdown_table, summary_rows
 
-ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
-RESULTS = ROOT / "benchmarks" / "results"
+README = REPOSITORY / "README.md"
+RESULTS = REPOSITORY / "benchmarks" / "results"
 CPU_THREADS = re.compile(r"^cpu\b.*?(\d+) threads?\b")
 BLOCK = re.compile(r"(<!-- results: (?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- end results -->)", re.DOTALL)
 

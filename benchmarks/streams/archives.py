@@ -20,10 +20,10 @@ from PIL import Image
 from torch import Tensor
 
 from avalanche_color.utils.files import torch_save_atomically, write_atomically
+from benchmarks import REPOSITORY
 
-ROOT = Path(__file__).resolve().parents[2]
 DATA_ENV = "AVALANCHE_COLOR_DATA"  # a folder holding the data sets' zip files or folders
-CACHE_DIR = ROOT / "benchmarks" / "results" / "cache"
+CACHE_DIR = REPOSITORY / "benchmarks" / "results" / "cache"
 
 
 DOWNLOAD_DIR = CACHE_DIR / "downloads"
