@@ -120,6 +120,9 @@ def test_the_runner_hides_avalanche_deprecations_about_its_own_code_and_no_other
     shown = []
     monkeypatch.setattr(warnings, "showwarning", lambda message, *_, **__: shown.append(str(message)))
     hide_avalanche_deprecations()
+    wrapper = warnings.showwarning
+    hide_avalanche_deprecations()  # as each main() call does: one wrapper, not a chain
+    assert warnings.showwarning is wrapper
     site = os.path.join("site-packages", "avalanche", "training", "plugins", "replay.py")
     warnings.showwarning(DeprecationWarning("Call to deprecated function update"), DeprecationWarning, site, 123)
     warnings.showwarning(DeprecationWarning("ours is old"), DeprecationWarning, "train.py", 1)

@@ -101,12 +101,15 @@ def hide_avalanche_deprecations() -> None:
     on every call (``warnings.simplefilter("once")``), so they are dropped when shown.
     """
     show = warnings.showwarning
+    if getattr(show, "hides_avalanche_deprecations", False):  # main() called again: wrapped already
+        return
     avalanche = f"{os.sep}avalanche{os.sep}"
 
     def showwarning(message, category, filename, lineno, file=None, line=None):
         if not (issubclass(category, DeprecationWarning) and avalanche in filename):
             show(message, category, filename, lineno, file, line)
 
+    showwarning.hides_avalanche_deprecations = True  # type: ignore[attr-defined]
     warnings.showwarning = showwarning
 
 
