@@ -7,7 +7,8 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: main test perf benchmarks benchmarks-digits benchmarks-pacs benchmarks-tiny setup clean
+.PHONY: main test perf benchmarks benchmarks-digits benchmarks-pacs benchmarks-tiny benchmarks-routing \
+	benchmarks-routing-tiny benchmarks-routing-small setup clean
 
 MAIN := --methods CoLoR Naive EWC LwF Replay --epochs 5 --batch-size 32 --rank 16 --k 10 --loggers
 main: $(STAMP)
@@ -26,8 +27,24 @@ PROMPT_METHODS := --methods S-Prompts L2P
 COMPARE := OMP_NUM_THREADS=1 $(VENV)/bin/python -m benchmarks.compare
 PACS := --benchmark pacs --epochs 3
 TINY := --benchmark split_tiny_imagenet --epochs 2 --train-per-class 100
-DIGITS := --epochs 5 --batch-size 32 --rank 16 --k 10 --loggers --methods CoLoR CoLoR++ --seeds 0 1 2
-benchmarks: benchmarks-digits benchmarks-pacs benchmarks-tiny
+DIGITS_BUDGET := --epochs 5 --batch-size 32 --rank 16 --k 10 --loggers
+DIGITS := $(DIGITS_BUDGET) --methods CoLoR CoLoR++ --seeds 0 1 2
+benchmarks: benchmarks-digits benchmarks-pacs benchmarks-tiny benchmarks-routing
+
+# Beyond the paper: class-level routers against CoLoR's prototypes and the training-free baselines,
+# 3 seeds each (CoLoR, CoLoR++ and the oracle on PACS and Tiny: the baseline tables above). About
+# 1 CPU hour; `make -j2 benchmarks-routing` runs the two lanes side by side.
+ROUTERS := CoLoR-ridge CoLoR-gaussian CoLoR++-ridge NCM RanPAC
+ROUTING := --seeds 0 1 2 --baseline-seeds 0 1 2 --resume
+benchmarks-routing: benchmarks-routing-tiny benchmarks-routing-small
+
+benchmarks-routing-tiny: $(STAMP)
+	$(COMPARE) $(TINY) --methods $(ROUTERS) $(ROUTING) --name split_tiny_imagenet_routers
+
+benchmarks-routing-small: $(STAMP)
+	$(COMPARE) $(PACS) --methods $(ROUTERS) $(ROUTING) --name pacs_routers
+	$(COMPARE) --benchmark digits_class $(DIGITS_BUDGET) --methods CoLoR CoLoR++ CoLoR-oracle $(ROUTERS) $(ROUTING) --name digits_class_routers
+	$(COMPARE) --benchmark digits_domain $(DIGITS_BUDGET) --methods CoLoR CoLoR++ $(ROUTERS) $(ROUTING) --name digits_domain_routers
 
 benchmarks-digits: $(STAMP)
 	$(COMPARE) --benchmark digits_class $(DIGITS) --name digits_class_prototypes_per_experience

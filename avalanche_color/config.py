@@ -28,12 +28,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Optional, TypeVar
 
 Routing = Literal["backbone", "first_expert", "oracle"]
+Router = Literal["prototypes", "ridge", "gaussian"]
 Distance = Literal["euclidean", "l1", "cosine"]
 PrototypeData = Literal["train", "eval"]
 HeadInput = Literal["prompts", "pooled"]
 PromptInit = Literal["uniform", "zero"]
 
 ROUTINGS: tuple[str, ...] = Routing.__args__  # type: ignore[attr-defined]
+ROUTERS: tuple[str, ...] = Router.__args__  # type: ignore[attr-defined]
 DISTANCES: tuple[str, ...] = Distance.__args__  # type: ignore[attr-defined]
 PROTOTYPE_DATA: tuple[str, ...] = PrototypeData.__args__  # type: ignore[attr-defined]
 HEAD_INPUTS: tuple[str, ...] = HeadInput.__args__  # type: ignore[attr-defined]
@@ -190,6 +192,14 @@ class RoutingOptions(Options):
         routing: ``"backbone"`` routes with the frozen ViT's features (CoLoR,
             S-Prompts), ``"first_expert"`` with the ViT plus the first expert
             (CoLoR++), ``"oracle"`` with the task labels (task-incremental streams).
+        router: what picks the expert from those features. ``"prototypes"``: the nearest
+            k-means prototype (the paper). Beyond the paper, off by default, class-level
+            routers that predict each sample's (expert, class) pair from statistics of every
+            experience's features and labels (:mod:`avalanche_color.routing.class_router`):
+            ``"ridge"`` (RanPAC's closed-form ridge over random ReLU features) or
+            ``"gaussian"`` (per-pair means, one shared covariance: HiDe's Gaussians, in closed form).
+        router_width: the ridge router's random features M; its statistics hold M² float64
+            numbers (2048: 32 MiB), whatever the number of classes and experiences.
         distance: between features and prototypes: ``"euclidean"``, ``"l1"`` or ``"cosine"``.
         normalize_features: L2-normalise features before clustering and routing.
         cache_evaluation: reuse routing features and frozen experts' outputs across
@@ -198,9 +208,17 @@ class RoutingOptions(Options):
     """
 
     routing: Routing = option("backbone", one_of(ROUTINGS), expert_setting=True)
+    router: Router = option("prototypes", one_of(ROUTERS), expert_setting=True)
+    router_width: int = option(2048, check_positive_int, expert_setting=True)
     distance: Distance = option("euclidean", one_of(DISTANCES), expert_setting=True)
     normalize_features: bool = option(True, check_bool, expert_setting=True)
     cache_evaluation: bool = option(False, check_bool)
+
+    def _check_together(self) -> None:
+        super()._check_together()
+        if self.routing == "oracle" and self.router != "prototypes":
+            raise ValueError(f"router={self.router!r} routes by features; routing='oracle' routes by task "
+                             f"label: use one or the other (router='prototypes' with routing='oracle')")
 
 
 @dataclass(frozen=True)

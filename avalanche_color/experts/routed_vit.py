@@ -24,10 +24,12 @@ from torch import Tensor, nn
 from avalanche_color.config import RoutingOptions
 from avalanche_color.experts.backbone import check_images, check_vision_transformer
 from avalanche_color.experts.heads import ExpertHead
+from avalanche_color.routing.class_router import ClassRouter
 from avalanche_color.routing.eval_cache import EvalCache, image_keys
 from avalanche_color.routing.router import PrototypeRouter
 from avalanche_color.routing.segments import ExpertSelection, Segments, segments_of
 from avalanche_color.training.experiences import experience_classes, experience_task_labels
+from avalanche_color.utils.state import take_stored_shapes
 
 
 class RoutedExpertViT(MultiTaskModule):
@@ -59,6 +61,9 @@ class RoutedExpertViT(MultiTaskModule):
         self.backbone = vit.requires_grad_(False).eval()
         self.heads = nn.ModuleList()
         self.router = PrototypeRouter(config.distance)
+        # Beyond the paper: a class-level router (off by default), fitted alongside the prototypes.
+        self.class_router = (None if config.router == "prototypes"
+                             else ClassRouter(config.router, self.num_features, config.router_width))
         # Where each expert comes from: its training experience and task label.
         self.register_buffer("expert_experiences", torch.empty(0, dtype=torch.long))
         self.register_buffer("expert_tasks", torch.empty(0, dtype=torch.long))
@@ -138,6 +143,8 @@ class RoutedExpertViT(MultiTaskModule):
     def finish_expert(self, expert: int) -> None:
         """Mark ``expert``'s experience as over: training on that experience again adds a further expert."""
         self.expert_finished[expert] = True
+        if self.class_router is not None:
+            self.class_router.finish(expert)
 
     def current_expert(self, experience: int) -> Optional[int]:
         """The newest expert if it belongs to ``experience`` and is not finished (a run resumed inside it)."""
@@ -229,7 +236,7 @@ class RoutedExpertViT(MultiTaskModule):
 
     def route(self, x: Tensor, task_labels: Optional[Tensor] = None,
               keys: Optional[list[bytes]] = None) -> Tensor:
-        """The expert index for each sample: its nearest prototype's, or its task's (oracle).
+        """The expert index for each sample: its nearest prototype's, the class router's, or its task's (oracle).
 
         ``keys`` (the images' content hashes) let the evaluation cache supply
         routing features it has computed before, while the routing features are frozen.
@@ -243,7 +250,12 @@ class RoutedExpertViT(MultiTaskModule):
             features = self.eval_cache.routing_features(x, keys, self.routing_features)
         else:
             features = self.routing_features(x)
-        return self.router(features)
+        return self.router(features) if self.class_router is None else self.class_router(features)
+
+    def routing_fitted(self, expert: int) -> bool:
+        """Whether ``expert`` has what routing needs: its prototypes, and its class-router statistics."""
+        fitted = expert in self.router.owners.tolist()
+        return fitted and (self.class_router is None or self.class_router.knows(expert))
 
     def routing_features_frozen(self) -> bool:
         """Whether routing features stay the same for the rest of the run."""
@@ -326,8 +338,6 @@ class RoutedExpertViT(MultiTaskModule):
         self._check_stored_experts(state_dict, prefix)
         for index in range(self.num_experts, len(stored)):
             self.add_expert(state_dict[f"{prefix}heads.{index}.classes"].tolist())
-        for name in ("expert_experiences", "expert_tasks", "expert_finished"):
-            if prefix + name in state_dict:
-                setattr(self, name, torch.empty_like(state_dict[prefix + name], device=getattr(self, name).device))
+        take_stored_shapes(self, state_dict, prefix, ("expert_experiences", "expert_tasks", "expert_finished"))
         super()._load_from_state_dict(state_dict, prefix, *args)
 

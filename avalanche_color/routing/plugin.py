@@ -78,7 +78,7 @@ class PrototypeRouterPlugin(SupervisedPlugin, supports_distributed=True):
         Prototypes are a function of the experience's data and the routing features,
         and the pass is seeded: while those features are frozen, fitting again gives the same.
         """
-        return expert in model.router.owners.tolist() and model.routing_features_frozen()
+        return model.routing_fitted(expert) and model.routing_features_frozen()
 
     @torch.no_grad()
     def _fit(self, strategy: "SupervisedTemplate", experience: Any, expert: int) -> None:
@@ -98,15 +98,17 @@ class PrototypeRouterPlugin(SupervisedPlugin, supports_distributed=True):
                 labels.append(torch.as_tensor(batch[1], device=strategy.device))
         model.train(was_training)
         local = torch.cat(features) if features else torch.empty(0, model.num_features, device=strategy.device)
+        all_labels = gather_features(torch.cat(labels) if labels else torch.empty(0, dtype=torch.long))
         if config.prototypes_per_class is None:
             centres = shared_prototypes(local, lambda f: fit_prototypes(
                 f, config.k, seed=config.kmeans_seed, n_init=config.kmeans_n_init))
         else:
-            all_labels = gather_features(torch.cat(labels) if labels else torch.empty(0, dtype=torch.long))
             centres = shared_prototypes(local, lambda f: fit_class_prototypes(
                 f, all_labels.to(f.device), config.prototypes_per_class, seed=config.kmeans_seed,
                 n_init=config.kmeans_n_init))
         model.router.set_prototypes(expert, centres)
+        if model.class_router is not None:  # every rank fits the same statistics from all ranks' samples
+            model.class_router.fit(expert, gather_features(local), all_labels.to(local.device))
 
 
 def _routed(model: Any) -> RoutedExpertViT:

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from avalanche_color.config import DISTANCES, Distance, check_choice
+from avalanche_color.utils.state import take_stored_shapes
 
 
 def pairwise_distance(x: Tensor, y: Tensor, distance: Distance) -> Tensor:
@@ -68,9 +69,5 @@ class PrototypeRouter(nn.Module):
         return self.owners[distances.argmin(dim=1)]
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
-        # The number of prototypes grows with the stream: take the stored shapes.
-        for name in ("prototypes", "owners"):
-            stored = state_dict.get(prefix + name)
-            if stored is not None:
-                setattr(self, name, torch.empty_like(stored, device=getattr(self, name).device))
+        take_stored_shapes(self, state_dict, prefix, ("prototypes", "owners"))  # they grow with the stream
         super()._load_from_state_dict(state_dict, prefix, *args)

@@ -20,9 +20,19 @@ from torch.utils.data import DataLoader
 from avalanche_color import L2P, CoLoR, CoLoRConfig, ExpertViT, RoutedExpertViT, SPrompts, routing_accuracy_metrics
 from avalanche_color.training.cosine_schedule import PerExperienceCosine
 from avalanche_color.training.experiences import experience_classes
+from benchmarks.compare.ranpac import RanPACModel, RidgeUpdate
 
-# CoLoR's routing per method name; "CoLoR-oracle" needs a stream with task label = experience.
-COLOR_ROUTING = {"CoLoR": "backbone", "CoLoR++": "first_expert", "CoLoR-oracle": "oracle"}
+# CoLoR's routing options per method name; "CoLoR-oracle" needs a stream with task label = experience.
+# The "-ridge" and "-gaussian" variants route with a class-level router (beyond the paper, see
+# avalanche_color.routing.class_router); their experts train exactly as CoLoR's.
+COLOR_ROUTING: dict[str, dict[str, str]] = {
+    "CoLoR": dict(routing="backbone"),
+    "CoLoR++": dict(routing="first_expert"),
+    "CoLoR-oracle": dict(routing="oracle"),
+    "CoLoR-ridge": dict(routing="backbone", router="ridge"),
+    "CoLoR-gaussian": dict(routing="backbone", router="gaussian"),
+    "CoLoR++-ridge": dict(routing="first_expert", router="ridge"),
+}
 # The prompt-tuning peers of the paper: S-Prompts routes like CoLoR (k prototypes), L2P picks prompts from a pool.
 PROMPT_METHODS = ("S-Prompts", "L2P")
 # Methods with a prototype router: they take k and report routing accuracy.
@@ -35,8 +45,10 @@ JOINT = ("Joint-FT", "Joint-LoRA")
 # Methods with LoRA experts: they take a rank.
 LORA_METHODS = (*COLOR_ROUTING, "Joint-LoRA")
 # "FT-masked" is the paper's "FT + class masking"; "NCM" the nearest class mean of the frozen
-# backbone's features (SimpleCIL), which trains nothing.
-BASELINES = ("Naive", "FT-masked", "EWC", "LwF", "Replay", "NCM", *JOINT)
+# backbone's features (SimpleCIL) and "RanPAC" its closed-form ridge over random ReLU features,
+# both training nothing.
+TRAINING_FREE = ("NCM", "RanPAC")
+BASELINES = ("Naive", "FT-masked", "EWC", "LwF", "Replay", *TRAINING_FREE, *JOINT)
 METHODS = (*COLOR_ROUTING, *PROMPT_METHODS, *BASELINES)
 
 
@@ -78,7 +90,7 @@ class Hyperparameters:
 
 
 def needs_task_labels(method: str) -> bool:
-    return COLOR_ROUTING.get(method) == "oracle"
+    return COLOR_ROUTING.get(method, {}).get("routing") == "oracle"
 
 
 def evaluator(loggers: Sequence[BaseLogger] = ()) -> EvaluationPlugin:
@@ -107,7 +119,7 @@ def build_strategy(
     decay = {} if hp.weight_decay is None else {"weight_decay": hp.weight_decay}
     prototypes = dict(k=hp.color_k, prototypes_per_class=hp.prototypes_per_class)
     if method in COLOR_ROUTING:
-        return CoLoR(backbone(0), rank=hp.color_rank, lr=hp.color_lr, routing=COLOR_ROUTING[method],
+        return CoLoR(backbone(0), rank=hp.color_rank, lr=hp.color_lr, **COLOR_ROUTING[method],
                      **prototypes, **decay, **common)
     if method == "S-Prompts":
         return SPrompts(backbone(0), prompt_length=hp.s_prompts_length, lr=hp.color_lr, **prototypes, **decay,
@@ -117,11 +129,14 @@ def build_strategy(
                    top_n=hp.l2p_top_n, lr=hp.l2p_lr, **common)
     if method == "NCM":
         vit, ncm = backbone(0).requires_grad_(False), SeenClassesNCM(normalize=True)
-        # Nothing trains (no forward in training: the NCM is both classifiers), and the optimiser,
-        # which Avalanche's template requires, never steps.
-        return NearestClassMean(model=TrainEvalModel(vit, train_classifier=ncm, eval_classifier=ncm),
-                                optimizer=torch.optim.SGD(vit.parameters(), lr=hp.baseline_lr),
-                                criterion=nn.CrossEntropyLoss(), plugins=[ClassMeanUpdate()], **common)
+        # No forward in training: the NCM is both classifiers.
+        return TrainingFree(model=TrainEvalModel(vit, train_classifier=ncm, eval_classifier=ncm),
+                            optimizer=torch.optim.SGD(vit.parameters(), lr=hp.baseline_lr),
+                            criterion=nn.CrossEntropyLoss(), plugins=[ClassMeanUpdate()], **common)
+    if method == "RanPAC":
+        model = RanPACModel(backbone(0), num_classes)
+        return TrainingFree(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=hp.baseline_lr),
+                            criterion=nn.CrossEntropyLoss(), plugins=[RidgeUpdate()], **common)
     if method == "Joint-LoRA":
         model = SingleLoRAExpert(backbone(0), hp.color_rank, range(num_classes))
         color = CoLoRConfig()  # CoLoR's momentum and weight decay
@@ -265,9 +280,10 @@ class ClassMeanUpdate(SupervisedPlugin):
             {label: nn.functional.normalize(total, dim=0) for label, total in self.sums.items()})
 
 
-class NearestClassMean(SupervisedTemplate):
-    """NCM on the frozen backbone (SimpleCIL): no gradient step, its epochs do nothing;
-    :class:`ClassMeanUpdate` (among its plugins) sets the class means after each experience."""
+class TrainingFree(SupervisedTemplate):
+    """NCM and RanPAC on the frozen backbone: no gradient step, the epochs do nothing; a plugin
+    (:class:`ClassMeanUpdate`, :class:`~benchmarks.compare.ranpac.RidgeUpdate`) fits the
+    classifier after each experience. The optimiser, which Avalanche's template requires, never steps."""
 
     def training_epoch(self, **kwargs: Any) -> None:
         pass

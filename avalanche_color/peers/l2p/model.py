@@ -19,6 +19,7 @@ from avalanche_color.experts.backbone import check_images, check_vision_transfor
 from avalanche_color.peers.l2p.prompt_pool import PromptPool
 from avalanche_color.peers.prompts import drop_prompts, prompt_outputs, prompt_width, prompted_tokens
 from avalanche_color.training.experiences import experience_classes
+from avalanche_color.utils.state import take_stored_shapes
 
 
 class GrowingHead(nn.Module):
@@ -177,7 +178,5 @@ class L2PViT(DynamicModule):
         stored = state_dict.get(prefix + "head.weight")
         if stored is not None:
             self._grow(stored.shape[0])
-        for name in ("trained_classes", "current_classes"):
-            if prefix + name in state_dict:
-                setattr(self, name, torch.empty_like(state_dict[prefix + name], device=getattr(self, name).device))
+        take_stored_shapes(self, state_dict, prefix, ("trained_classes", "current_classes"))
         super()._load_from_state_dict(state_dict, prefix, *args)
