@@ -1,8 +1,8 @@
 """One rank of the 2-process CoLoR test (launched by torchrun from test_distributed.py).
 
-Usage: torchrun --standalone --nproc_per_node=N tests/distributed_run.py OUT_DIR TRAIN_MB_SIZE
-Writes OUT_DIR/rank{RANK}.pt: prototypes, stream accuracy and the labels each
-evaluation experience's metrics saw.
+Usage: torchrun --standalone --nproc_per_node=N tests/distributed_run.py OUT_DIR TRAIN_MB_SIZE [ROUTER ROUTER_WIDTH]
+Writes OUT_DIR/rank{RANK}.pt: prototypes, class-router state (with a ROUTER other than
+prototypes), stream accuracy and the labels each evaluation experience's metrics saw.
 """
 
 import sys
@@ -30,16 +30,19 @@ class SeenLabels(SupervisedPlugin, supports_distributed=True):
         self.labels.setdefault(strategy.experience.current_experience, []).append(strategy.mb_y.cpu())
 
 
-def main(out: Path, train_mb_size: int) -> None:
+def main(out: Path, train_mb_size: int, router: str, router_width: int) -> None:
     DistributedHelper.init_distributed(0, backend="gloo", use_cuda=False)
     seen = SeenLabels()
-    strategy = tiny_color(train_mb_size=train_mb_size, plugins=[seen], **UNSATURATED)
+    strategy = tiny_color(train_mb_size=train_mb_size, plugins=[seen], router=router, router_width=router_width,
+                          **UNSATURATED)
+    class_router = strategy.model.class_router
     results = train_all(strategy, class_stream())
     torch.save(
         {
             "world_size": DistributedHelper.world_size,
             "prototypes": strategy.model.router.prototypes.cpu(),
             "owners": strategy.model.router.owners.cpu(),
+            "class_router": None if class_router is None else {k: v.cpu() for k, v in class_router.state_dict().items()},
             "accuracy": stream_metric(results, "Top1_Acc"),
             "routing_accuracy": stream_metric(results, "RoutingAcc"),
             "seen_labels": {exp: torch.cat(batches) for exp, batches in seen.labels.items()},
@@ -50,4 +53,5 @@ def main(out: Path, train_mb_size: int) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), int(sys.argv[2]))
+    router, width = sys.argv[3:5] if len(sys.argv) > 4 else ("prototypes", "2048")
+    main(Path(sys.argv[1]), int(sys.argv[2]), router, int(width))

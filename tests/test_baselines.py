@@ -208,3 +208,27 @@ def test_preset_values_land_in_results_json(tiny_backbone, tmp_path, monkeypatch
     assert saved["preset"] == "paper"
     assert saved["preset_settings"] == {"epochs": 2, "batch_size": 64, "ranks": [2], "weight_decay": 1e-3}
     assert (saved["epochs"], saved["batch_size"], saved["weight_decay"]) == (1, 64, 1e-3)
+
+
+def test_ranpac_changes_no_weight_and_equals_one_ridge_solve_on_all_data_seen(one_thread):
+    benchmark = class_stream(num_experiences=2, classes_per_experience=2, seed=3)
+    vit = tiny_vit()
+    strategy = strategy_for("RanPAC", vit, 6, epochs=2)
+    before = copy.deepcopy(vit.state_dict())
+    strategy.train(benchmark.train_stream[0])
+    images = torch.stack([sample[0] for sample in benchmark.test_stream[1].dataset])
+    model = strategy.model.eval()
+    with torch.no_grad():
+        scores = model(images)
+    # After the first experience only its classes (0, 1) can be predicted; 2..5 stay -inf.
+    assert torch.isneginf(scores[:, 2:]).all() and torch.isfinite(scores[:, :2]).all()
+    strategy.train(benchmark.train_stream[1])
+    assert all(torch.equal(before[k], v) for k, v in model.backbone.state_dict().items())
+    assert trainable_parameters_per_experience(strategy) == 0
+    assert accuracy(strategy, benchmark.test_stream) > 0.8  # chance: 0.25
+    with torch.no_grad():  # the accumulated statistics equal those of all the data seen at once
+        data = [experience.dataset[i] for experience in benchmark.train_stream for i in range(len(experience.dataset))]
+        expanded = model.ridge.expand(vit(torch.stack([x for x, *_ in data]))).double()
+        labels = torch.tensor([int(y) for _, y, *_ in data])
+    torch.testing.assert_close(model.ridge.gram, expanded.T @ expanded)
+    torch.testing.assert_close(model.ridge.moments, expanded.T @ nn.functional.one_hot(labels).double())

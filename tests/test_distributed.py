@@ -15,32 +15,50 @@ from streams import class_stream
 
 TESTS = Path(__file__).parent
 PER_RANK_BATCH = 8
+ROUTER_WIDTH = 128
 
 
-@pytest.fixture(scope="module")
-def two_ranks(tmp_path_factory) -> list[dict]:
+def launch_two_ranks(out: Path, router: str = "prototypes") -> list[dict]:
     """What each of 2 gloo ranks ended with after training and evaluating tiny CoLoR on class_stream."""
-    out = tmp_path_factory.mktemp("distributed")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), os.environ.get("PYTHONPATH", "")]),
            "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-               str(TESTS / "distributed_run.py"), str(out), str(PER_RANK_BATCH)]
+               str(TESTS / "distributed_run.py"), str(out), str(PER_RANK_BATCH), router, str(ROUTER_WIDTH)]
     run = subprocess.run(command, cwd=TESTS, env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-4000:]
     return [torch.load(out / f"rank{rank}.pt") for rank in range(2)]
 
 
-@pytest.fixture(scope="module")
-def one_process() -> tuple:
+def run_in_one_process(**options) -> tuple:
     """The same run in one process, with the 2 ranks' combined batch size."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        strategy = tiny_color(train_mb_size=2 * PER_RANK_BATCH, **UNSATURATED)
+        strategy = tiny_color(train_mb_size=2 * PER_RANK_BATCH, **UNSATURATED, **options)
         results = train_all(strategy, class_stream())
     finally:
         torch.set_num_threads(threads)
     return strategy, results
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory) -> list[dict]:
+    return launch_two_ranks(tmp_path_factory.mktemp("distributed"))
+
+
+@pytest.fixture(scope="module")
+def one_process() -> tuple:
+    return run_in_one_process()
+
+
+def test_class_router_statistics_come_from_every_rank_and_equal_a_single_process_run(tmp_path):
+    first, second = launch_two_ranks(tmp_path, router="ridge")
+    single = run_in_one_process(router="ridge", router_width=ROUTER_WIDTH)[0].model.class_router.state_dict()
+    assert first["class_router"].keys() == single.keys()
+    for key, value in single.items():
+        assert torch.equal(first["class_router"][key], second["class_router"][key]), key
+        # Backbone features: sharding must not change them (float sums in another order: close).
+        torch.testing.assert_close(first["class_router"][key].to(value.dtype), value, rtol=1e-4, atol=1e-3, msg=key)
 
 
 def test_both_ranks_hold_identical_prototypes_equal_to_a_single_process_run(two_ranks, one_process):

@@ -18,6 +18,7 @@ Printed and written as a markdown table:
 * R5 overhead = (our expert pass - plain forward) / (peft's mixed-adapter pass - plain forward),
   for 1, 2, 10 and 50 experts in one batch (``--mixed-batch-size`` samples, 50 by default)
 * routing (nearest prototype) and k-means fit time as a share of a forward
+* the class-level routers (ridge, gaussian): routing and fitting time as a share of a forward
 """
 
 from __future__ import annotations
@@ -34,12 +35,28 @@ import timm
 import torch
 from torch import nn
 
-from avalanche_color import fit_prototypes
+from avalanche_color import CoLoRConfig, fit_prototypes
+from avalanche_color.routing.class_router import ClassRouter
 from benchmarks.perf.timing import Spread, Variant, interleaved, per_round, seconds
 from benchmarks.perf.workloads import build_color, peft_adapters, training_memory
 
 RESULTS = Path(__file__).parents[1] / "results"
 CLASSES = 10  # per expert
+CLASS_ROUTERS = ("ridge", "gaussian")
+ROUTER_WIDTH = CoLoRConfig().router_width  # the default M
+
+
+def fitted_class_routers(num_features: int, experts: int, generator: torch.Generator) -> dict[str, ClassRouter]:
+    """The class-level routers fitted on ``experts`` experiences of random normalised features
+    (1000 samples, ``CLASSES`` classes each): timings depend on the sizes, not the values."""
+    routers = {kind: ClassRouter(kind, num_features, ROUTER_WIDTH) for kind in CLASS_ROUTERS}
+    for expert in range(experts):
+        features = torch.nn.functional.normalize(torch.randn(1000, num_features, generator=generator), dim=-1)
+        labels = torch.arange(1000) % CLASSES + expert * CLASSES
+        for router in routers.values():
+            router.fit(expert, features, labels)
+            router.finish(expert)
+    return routers
 
 
 def plural(count: int, word: str = "expert") -> str:
@@ -112,6 +129,8 @@ def main() -> None:
     with torch.no_grad(), precision():
         routing_input = model.eval().routing_features(x)
     kmeans_features = torch.nn.functional.normalize(torch.randn(1000, model.num_features, generator=generator), dim=-1)
+    class_routers = {kind: router.to(device) for kind, router in
+                     fitted_class_routers(model.num_features, args.experts, generator).items()}
     variants = {
         "plain forward": inference(lambda: plain(x)),
         "frozen-backbone forward": inference(lambda: model.features(x)),
@@ -122,6 +141,12 @@ def main() -> None:
         "routing (nearest prototype)": inference(lambda: model.router(routing_input)),
         "k-means fit (1000 samples)": Variant(lambda: fit_prototypes(kmeans_features, args.k, seed=0, n_init=10),
                                               autocast=False),
+        **{f"routing ({kind} router)": inference(lambda router=router: router(routing_input))
+           for kind, router in class_routers.items()},
+        **{f"{kind} router fit (1000 samples)": Variant(
+            lambda kind=kind: ClassRouter(kind, model.num_features, ROUTER_WIDTH).fit(
+                0, kmeans_features, torch.arange(1000) % CLASSES), autocast=False)
+           for kind in class_routers},
     }
 
     # Training: CoLoR step (newest expert) against full fine-tuning of the same ViT.
@@ -203,6 +228,14 @@ def main() -> None:
         ("k-means", "k-means fit on 1000 samples / forward of 1000 samples",
          ratio(lambda t: t["k-means fit (1000 samples)"] / (t["plain forward"] * 1000 / args.batch_size)), "", "< 0.01"),
     ]
+    for kind in CLASS_ROUTERS:
+        rows += [
+            (f"{kind} router", f"{kind} router ({args.experts} experts x {CLASSES} classes) / plain forward (time)",
+             ratio(lambda t, kind=kind: t[f"routing ({kind} router)"] / t["plain forward"]), "", "< 0.02"),
+            (f"{kind} router fit", f"{kind} router fit on 1000 samples / forward of 1000 samples",
+             ratio(lambda t, kind=kind: t[f"{kind} router fit (1000 samples)"] / (t["plain forward"] * 1000 / args.batch_size)),
+             "", "< 0.02"),
+        ]
 
     machine = (torch.cuda.get_device_name(device) if device.type == "cuda"
                else f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads")
