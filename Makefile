@@ -1,19 +1,30 @@
 # The two commands of the README:
-#   make main   set up .venv and run the main job (CoLoR vs baselines on offline digit streams)
+#   make main   set up .venv and run the main job (CoLoR vs baselines on offline digit streams, 5 seeds)
 #   make test   set up .venv and run the tests
-# The main job runs on one thread: the same numbers on every run and every machine of one kind
-# (torch's float sums depend on the thread count).
+# The main job writes to runs/ (ignored by git); `make main-publish` rewrites the committed tables in
+# benchmarks/results/. Each comparison runs on one thread: the same numbers on every run on one kind
+# of machine (torch's float sums depend on the thread count and the CPU; another CPU agrees within the
+# spread over seeds: `python -m benchmarks.reporting.reproduce digits_class digits_domain` checks).
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: main test perf benchmarks benchmarks-digits benchmarks-pacs benchmarks-tiny benchmarks-routing \
+.PHONY: main main-publish test perf benchmarks benchmarks-digits benchmarks-pacs benchmarks-tiny benchmarks-routing \
 	benchmarks-routing-tiny benchmarks-routing-small setup clean
 
-MAIN := --methods CoLoR Naive EWC LwF Replay --epochs 5 --batch-size 32 --rank 16 --k 10 --loggers
+MAIN := --methods CoLoR Naive EWC LwF Replay --epochs 5 --batch-size 32 --rank 16 --k 10 --loggers \
+	--seeds 0 1 2 3 4 --baseline-seeds 0 1 2 3 4
 main: $(STAMP)
-	OMP_NUM_THREADS=1 $(VENV)/bin/python -m benchmarks.compare --benchmark digits_class $(MAIN)
-	OMP_NUM_THREADS=1 $(VENV)/bin/python -m benchmarks.compare --benchmark digits_domain $(MAIN)
+	$(MAKE) --no-print-directory -j2 main-digits_class main-digits_domain
+	@echo "Compare with the committed results, row by row:"
+	@echo "  $(VENV)/bin/python -m benchmarks.reporting.reproduce digits_class digits_domain"
+
+main-publish: $(STAMP)
+	$(MAKE) --no-print-directory -j2 main-digits_class main-digits_domain PUBLISH=--publish
+
+# The two streams side by side, each on one thread.
+main-digits_%: $(STAMP)
+	OMP_NUM_THREADS=1 $(VENV)/bin/python -m benchmarks.compare --benchmark digits_$* $(MAIN) $(PUBLISH)
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest tests
@@ -24,7 +35,7 @@ test: $(STAMP)
 # Interrupted? Run it again: --resume keeps every finished run.
 BASELINE_METHODS := --methods CoLoR CoLoR++ CoLoR-oracle Naive EWC LwF Replay FT-masked NCM Joint-FT Joint-LoRA
 PROMPT_METHODS := --methods S-Prompts L2P
-COMPARE := OMP_NUM_THREADS=1 $(VENV)/bin/python -m benchmarks.compare
+COMPARE := OMP_NUM_THREADS=1 $(VENV)/bin/python -m benchmarks.compare --publish
 PACS := --benchmark pacs --epochs 3
 TINY := --benchmark split_tiny_imagenet --epochs 2 --train-per-class 100
 DIGITS_BUDGET := --epochs 5 --batch-size 32 --rank 16 --k 10 --loggers

@@ -201,7 +201,7 @@ def test_a_benchmark_without_the_preset_is_refused(capsys):
 def test_preset_values_land_in_results_json(tiny_backbone, tmp_path, monkeypatch):
     # A preset for the digits (the paper's benchmarks need their data): the runner end to end.
     monkeypatch.setitem(PAPER, "digits_class", dict(epochs=2, batch_size=64, ranks=(2,), weight_decay=1e-3))
-    monkeypatch.setattr(command_line, "RESULTS", tmp_path)
+    monkeypatch.setattr(command_line, "SCRATCH", tmp_path)
     command_line.main(["--benchmark", "digits_class", "--preset", "paper", "--methods", "NCM", "--epochs", "1",
                        "--backbone", tiny_backbone, "--name", "preset", "--loggers"])
     saved = json.loads((tmp_path / "preset" / "results.json").read_text())["config"]

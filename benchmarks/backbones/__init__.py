@@ -4,6 +4,7 @@
     load_backbone("path/to/checkpoint.pt")                   # a file written by save_backbone
     load_backbone("path/to/weights.pth", architecture="vit_base_patch16_224")  # a plain state_dict
     load_backbone("offline")                                 # the committed Tiny-ImageNet-100 ViT
+    load_backbone("digits")                                  # the committed digits ViT (the main job's)
 
 Every backbone comes without a classifier head (``num_classes=0``): CoLoR adds its own heads
 and the baselines get theirs from :func:`with_head`. ``data_config`` gives the input size and
@@ -23,6 +24,10 @@ from torch import nn
 from avalanche_color.utils.files import torch_save_atomically
 
 OFFLINE_BACKBONE = Path(__file__).parent / "vit_tinyimagenet100_32px.pt"
+DIGITS_BACKBONE = Path(__file__).parent / "vit_digits_16px.pt"
+# The committed backbones by name, with the command that makes each.
+COMMITTED = {"offline": (OFFLINE_BACKBONE, "python -m benchmarks.backbones.pretrain"),
+             "digits": (DIGITS_BACKBONE, "python -m benchmarks.backbones.pretrain_digits")}
 CHECKPOINT_FORMAT = 1
 
 
@@ -45,10 +50,9 @@ def save_backbone(model: VisionTransformer, path: Path, *, architecture: str, mo
 
 def load_backbone(spec: str | Path, *, architecture: str | None = None) -> VisionTransformer:
     """A headless pretrained timm ViT from a timm name or a checkpoint file (see the module doc)."""
-    path = OFFLINE_BACKBONE if str(spec) == "offline" else Path(spec)
-    if str(spec) == "offline" and not path.is_file():
-        raise FileNotFoundError(f"the offline backbone {str(path)!r} is missing: "
-                                "run python -m benchmarks.backbones.pretrain")
+    path, command = COMMITTED.get(str(spec), (Path(spec), None))
+    if command is not None and not path.is_file():
+        raise FileNotFoundError(f"the {spec} backbone {str(path)!r} is missing: run {command}")
     if path.is_file():
         return _from_file(path, architecture)
     if architecture is not None:

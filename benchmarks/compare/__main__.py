@@ -15,7 +15,7 @@ from avalanche.distributed import DistributedHelper
 
 from avalanche_color.training.distributed import is_distributed
 from benchmarks.compare import runner
-from benchmarks.compare.config import LOGGERS, RESULTS, ComparisonConfig
+from benchmarks.compare.config import LOGGERS, RESULTS, SCRATCH, ComparisonConfig
 from benchmarks.compare.methods import METHODS
 from benchmarks.compare.presets import PAPER, PRESETS
 from benchmarks.compare.runner import run_comparison
@@ -46,7 +46,10 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
                         help="for every method's SGD (default: each method's own: CoLoR 2e-4, fine-tuning 0)")
     parser.add_argument("--train-per-class", type=int, help="subsample the training data (split_tiny_imagenet)")
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--name", help="output folder under benchmarks/results (default: the benchmark)")
+    parser.add_argument("--name", help="output folder under runs/ (default: the benchmark)")
+    parser.add_argument("--publish", action="store_true",
+                        help="write under benchmarks/results/ (the committed results the README's tables come "
+                             "from) instead of the scratch folder runs/")
     parser.add_argument("--loggers", nargs="*", default=list(LOGGERS), choices=LOGGERS)
     parser.add_argument("--wandb-project", help="log every run to this W&B project")
     parser.add_argument("--wandb-entity")
@@ -69,7 +72,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
             baseline_seeds=tuple(args.baseline_seeds) if args.baseline_seeds else None, data=args.data,
             baseline_lr=args.baseline_lr, prototypes_per_class=args.prototypes_per_class,
             train_per_class=args.train_per_class, device=args.device,
-            out=RESULTS / args.name if args.name else None, loggers=tuple(args.loggers),
+            out=(RESULTS if args.publish else SCRATCH) / (args.name or args.benchmark), loggers=tuple(args.loggers),
             wandb_project=args.wandb_project, wandb_entity=args.wandb_entity, resume=args.resume,
             checkpoint_epochs=args.checkpoint_epochs, command=command,
             **{name: value for name, value in given.items() if value is not None})
@@ -85,7 +88,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         if is_distributed():
             torch.distributed.destroy_process_group()
     if main_process:
-        print(f"\n{result['table']}\n\nwritten to {config.out or RESULTS / config.benchmark}")
+        print(f"\n{result['table']}\n\nwritten to {config.output_folder}")
     return result
 
 

@@ -13,7 +13,10 @@ from benchmarks.compare.methods import METHODS
 from benchmarks.compare.presets import preset_settings
 from benchmarks.streams.registry import BENCHMARKS
 
-RESULTS = Path(__file__).parents[1] / "results"
+from benchmarks import REPOSITORY
+
+RESULTS = REPOSITORY / "benchmarks" / "results"  # the committed tables: written only when asked (--publish)
+SCRATCH = REPOSITORY / "runs"  # every other run's output (ignored by git)
 LOGGERS = ("text", "csv", "tensorboard")
 
 
@@ -24,7 +27,9 @@ def check_path(name: str, value: object) -> None:
 
 @dataclass(frozen=True)
 class ComparisonConfig(Options):
-    """One comparison. ``backbone``, ``ks`` and ``out`` default to the benchmark's.
+    """One comparison. ``backbone`` and ``ks`` default to the benchmark's; ``out`` to
+    ``runs/<benchmark>`` (a scratch folder git ignores; the committed tables under
+    ``benchmarks/results/`` change only when a command names them, see ``--publish``).
 
     ``weight_decay`` goes to every method's SGD (None: each method's own, see
     :class:`~benchmarks.compare.methods.Hyperparameters`). ``preset`` names the preset the
@@ -71,6 +76,11 @@ class ComparisonConfig(Options):
             if isinstance(getattr(self, name), str):
                 object.__setattr__(self, name, Path(getattr(self, name)))
         super().__post_init__()
+
+    @property
+    def output_folder(self) -> Path:
+        """Where the comparison writes: ``out``, or ``runs/<benchmark>``."""
+        return self.out or SCRATCH / self.benchmark
 
     def _check_together(self) -> None:
         if self.preset is not None:

@@ -17,7 +17,7 @@ from timm.models.vision_transformer import VisionTransformer
 from avalanche_color import train_stream
 from avalanche_color.utils.files import write_atomically
 from benchmarks.backbones import data_config, load_backbone, with_head
-from benchmarks.compare.config import RESULTS, ComparisonConfig
+from benchmarks.compare.config import ComparisonConfig
 from benchmarks.compare.loggers import avalanche_loggers, wandb_logger
 from benchmarks.compare.methods import (COLOR_ROUTING, JOINT, LORA_METHODS, PROTOTYPE_ROUTED, Budget,
                                         Hyperparameters, build_strategy, trainable_parameters_per_experience)
@@ -26,15 +26,6 @@ from benchmarks.reporting import forgetting, weighted_mean
 from benchmarks.streams.registry import BenchmarkSpec
 
 PER_EXPERIENCE = re.compile(r"^(?P<metric>\w+)/eval_phase/test_stream/Task\d+/Exp(?P<experience>\d+)$")
-
-
-def load_comparison_backbone(spec: str) -> VisionTransformer:
-    if spec == "digits":
-        from benchmarks.streams.digits import digits_split, pretrained_vit, small_vit
-        model = small_vit(0)
-        model.load_state_dict(pretrained_vit(digits_split(0), RESULTS / "cache"))
-        return model.eval()
-    return load_backbone(spec)
 
 
 def build_stream(spec: BenchmarkSpec, config: ComparisonConfig, backbone: VisionTransformer, seed: int,

@@ -4,7 +4,9 @@
     python -m benchmarks.compare --benchmark split_tiny_imagenet --seeds 0 1 2 --wandb-project my-project
     python -m benchmarks.compare --benchmark pacs --methods CoLoR --rank 1 8 64 --name pacs_rank_ablation
 
-Writes under ``benchmarks/results/<name>/`` (``<name>`` defaults to the benchmark):
+Writes under ``runs/<name>/`` (``<name>`` defaults to the benchmark; ``runs/`` is a scratch
+folder git ignores; ``--publish`` writes under ``benchmarks/results/<name>/`` instead, the
+committed results the README's tables are made from):
 ``results.json`` (config and every run: accuracy matrix, average accuracy, forgetting,
 routing accuracy, trainable parameters, wall and CPU time), ``runs.csv``,
 ``accuracy_matrices.csv``, ``summary.md`` (mean ± std over seeds, with the command) and
@@ -44,12 +46,13 @@ from avalanche.distributed import DistributedHelper
 from tqdm import tqdm
 
 from avalanche_color.training.distributed import is_distributed
-from benchmarks.compare.config import RESULTS, ComparisonConfig
+from benchmarks.backbones import load_backbone
+from benchmarks.compare.config import ComparisonConfig
 from benchmarks.compare.methods import Budget, Hyperparameters, needs_task_labels
 from benchmarks.compare.plan import check_distributed, plan_runs
 from benchmarks.compare.provenance import claim_folder, provenance
 from benchmarks.compare.results import config_record, write_results
-from benchmarks.compare.run import build_stream, load_comparison_backbone, run_method
+from benchmarks.compare.run import build_stream, run_method
 from benchmarks.reporting import markdown_table, summary_rows
 from benchmarks.reporting.machine import describe_machine
 from benchmarks.streams.registry import benchmark_spec
@@ -62,14 +65,14 @@ def run_comparison(config: ComparisonConfig, progress: bool = True) -> dict[str,
         check_distributed(config)
     main_process = DistributedHelper.is_main_process  # True when not distributed
     progress = progress and main_process
-    out = config.out or RESULTS / config.benchmark
+    out = config.output_folder
     if main_process:
         out.mkdir(parents=True, exist_ok=True)
     if is_distributed():  # each rank's own device (cuda:<rank> or cpu)
         device = str(DistributedHelper.make_device())
     else:
         device = config.device if config.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-    backbone = load_comparison_backbone(config.backbone or spec.backbone)
+    backbone = load_backbone(config.backbone or spec.backbone)
     produced_by = provenance(config, backbone, device)
     if main_process:
         claim_folder(out, produced_by, config.resume)

@@ -14,9 +14,7 @@ plain domain. The other 70% are split 70/30 into the streams' train and test dat
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 import torch
@@ -26,7 +24,6 @@ from sklearn.model_selection import train_test_split
 from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor, nn
 
-from avalanche_color.utils.files import torch_save_atomically
 
 IMAGE_SIZE = 16
 NUM_CLASSES = 10
@@ -98,24 +95,24 @@ def domain_incremental_stream(split: DigitsSplit, domains: tuple[str, ...] = DOM
     return tensors_benchmark(train, test, task_labels=list(range(len(train))) if task_labels else [0] * len(train))
 
 
+# timm's vit_tiny architecture resized: 4 blocks, width 64, 4 heads, 4 px patches on 16 px images.
+DIGITS_VIT = {"architecture": "vit_tiny_patch16_224",
+              "model_kwargs": dict(img_size=IMAGE_SIZE, patch_size=4, embed_dim=64, depth=4, num_heads=4)}
+
+
 def small_vit(num_classes: int = 0, seed: int = 0) -> VisionTransformer:
     """A 4-block, 64-wide ViT on 16 px images with 4 px patches (about 0.2 M parameters)."""
     torch.manual_seed(seed)
-    return VisionTransformer(img_size=IMAGE_SIZE, patch_size=4, embed_dim=64, depth=4, num_heads=4,
-                             num_classes=num_classes)
+    return VisionTransformer(**DIGITS_VIT["model_kwargs"], num_classes=num_classes)
 
 
-def pretrained_vit(split: DigitsSplit, cache_dir: Path, *, epochs: int = 60, seed: int = 0,
+def pretrained_vit(split: DigitsSplit, *, epochs: int = 60, seed: int = 0,
                    log: Callable[[str], None] = print) -> dict[str, Tensor]:
-    """Weights of :func:`small_vit` pretrained on the held-out plain digits (cached on disk).
+    """Weights of :func:`small_vit` (without its head) pretrained on the held-out plain digits.
 
-    The cache file is keyed by everything that produced it: seed, epochs, this module's
-    code and the torch version, so a change to any of them pretrains again.
+    The main job loads the committed result (``load_backbone("digits")``); this runs only when
+    asked (``python -m benchmarks.backbones.pretrain_digits``).
     """
-    code = hashlib.blake2b(Path(__file__).read_bytes() + torch.__version__.encode(), digest_size=6).hexdigest()
-    cache = cache_dir / f"digits_vit_seed{seed}_epochs{epochs}_{code}.pt"
-    if cache.exists():
-        return torch.load(cache, map_location="cpu")
     model = small_vit(NUM_CLASSES, seed)
     images, labels = normalise(split.pretrain[0]), split.pretrain[1]
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.05)
@@ -134,6 +131,4 @@ def pretrained_vit(split: DigitsSplit, cache_dir: Path, *, epochs: int = 60, see
         accuracy = (model(normalise(split.test[0])).argmax(1) == split.test[1]).float().mean()
     log(f"pretrained the backbone on {len(labels)} held-out digits for {epochs} epochs: "
         f"accuracy {accuracy:.3f} on the plain test digits")
-    state = {k: v for k, v in model.state_dict().items() if not k.startswith("head.")}
-    torch_save_atomically(state, cache)
-    return state
+    return {k: v for k, v in model.state_dict().items() if not k.startswith("head.")}
