@@ -28,7 +28,8 @@ from avalanche_color.routing.class_router import ClassRouter
 from avalanche_color.routing.eval_cache import EvalCache, image_keys
 from avalanche_color.routing.router import PrototypeRouter
 from avalanche_color.routing.segments import ExpertSelection, Segments, segments_of
-from avalanche_color.training.experiences import experience_classes, experience_task_labels
+from avalanche_color.training.experiences import (experience_classes, experience_task_labels,
+                                                  refuse_chunks_without_boundaries)
 from avalanche_color.utils.state import take_stored_shapes
 
 
@@ -64,7 +65,8 @@ class RoutedExpertViT(MultiTaskModule):
         # Beyond the paper: a class-level router (off by default), fitted alongside the prototypes.
         self.class_router = (None if config.router == "prototypes"
                              else ClassRouter(config.router, self.num_features, config.router_width))
-        # Where each expert comes from: its training experience and task label.
+        # Where each expert comes from: its training experience and task label (only oracle
+        # routing reads it; an experience with several labels, routed otherwise, records its smallest).
         self.register_buffer("expert_experiences", torch.empty(0, dtype=torch.long))
         self.register_buffer("expert_tasks", torch.empty(0, dtype=torch.long))
         # Whether each expert's experience is over (its final prototypes fitted).
@@ -177,22 +179,27 @@ class RoutedExpertViT(MultiTaskModule):
         """Avalanche's hook before each experience: a new expert for each training experience.
 
         Training on an experience again (a revisit) adds a further expert for it;
-        only an unfinished expert of the same experience (a run resumed inside it) is continued.
+        only an unfinished expert of the same experience (a run resumed inside it, or the
+        next chunk of an online stream with task boundaries, whose origin experience
+        Avalanche passes here) is continued. An experience may hold several task labels,
+        except with ``routing="oracle"``, which finds an expert by its one task label.
         """
         classes, tasks = experience_classes(experience), experience_task_labels(experience)
         if classes:  # MultiTaskModule's bookkeeping, for experiences of any generator
             self.max_class_label = max(self.max_class_label, classes[-1] + 1)
         if not self.training:
             return
+        refuse_chunks_without_boundaries(experience, type(self).__name__)
         self.known_train_tasks_labels = self.known_train_tasks_labels | set(tasks)
         experience_id = int(experience.current_experience)
         if self.current_expert(experience_id) is not None:
             return
-        if len(tasks) != 1:
-            raise ValueError(f"experience {experience_id} must have one task label, got {tasks}")
         if len(experience.dataset) == 0:
             raise ValueError(f"experience {experience_id} has no samples")
         if self.routing == "oracle":
+            if len(tasks) != 1:
+                raise ValueError(f"routing='oracle' routes by task label, so experience {experience_id} must "
+                                 f"have one task label, got {tasks}")
             self._check_distinct_task(tasks[0], experience_id)
         # Refuse unusable images before the expert exists, not at the first forward.
         check_images(self.backbone, torch.as_tensor(experience.dataset[0][0]).unsqueeze(0))

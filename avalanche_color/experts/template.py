@@ -21,6 +21,7 @@ from avalanche_color.training.configured_strategy import ConfiguredStrategy
 from avalanche_color.training.cosine_schedule import PerExperienceCosine
 from avalanche_color.training.data_checks import DataChecksPlugin
 from avalanche_color.training.distributed import eval_loader, gather_eval_batch, is_distributed, wrap_current_expert
+from avalanche_color.training.experiences import continues_experience
 from avalanche_color.training.plugin_compatibility import ROUTED_EXPERTS
 
 
@@ -50,10 +51,13 @@ class RoutedExpertsTemplate(PerExperienceCosine, ConfiguredStrategy):
 
     def check_model_and_optimizer(self, **kwargs: Any) -> None:
         # The optimiser holds only the new expert, so it is built after the
-        # model adaptation that creates it, once per experience.
+        # model adaptation that creates it, once per experience (the chunks of an
+        # online stream's experience continue its expert, optimiser and schedule).
+        experts = self.model.num_experts
         self.model = self.model_adaptation()
         self.ddp_model = wrap_current_expert(self.model)
-        self.make_optimizer(**kwargs)
+        if self.model.num_experts != experts or not continues_experience(self.experience):
+            self.make_optimizer(**kwargs)
 
     def forward(self) -> Any:
         if self.is_training and self.ddp_model is not None:

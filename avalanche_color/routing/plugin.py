@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional
 
 import torch
+from avalanche.benchmarks.utils import concat_datasets
 from avalanche.core import SupervisedPlugin
 from avalanche.distributed import DistributedHelper
 from torch.utils.data import DataLoader, Subset
@@ -13,6 +14,8 @@ from avalanche_color.config import PrototypeOptions
 from avalanche_color.experts.routed_vit import RoutedExpertViT
 from avalanche_color.routing.prototypes import fit_class_prototypes, fit_prototypes
 from avalanche_color.training.distributed import gather_features, is_distributed, shard, shared_prototypes
+from avalanche_color.training.experiences import (continues_experience, ends_experience, origin_experience,
+                                                  refuse_chunks_without_boundaries)
 from avalanche_color.utils.rng import seeded
 
 if TYPE_CHECKING:
@@ -30,6 +33,13 @@ class PrototypeRouterPlugin(SupervisedPlugin, supports_distributed=True):
     are the prototypes the end of the experience would fit. Works for every
     routed expert model (CoLoR's LoRA experts, S-Prompts' prompt experts).
 
+    Online streams (Avalanche's ``split_online_stream`` with ``access_task_boundaries=True``):
+    one expert learns all chunks of an experience, and its prototypes are fitted from all
+    of them once its last chunk is trained. An evaluation between chunks fits them from the
+    chunks so far, with at most one prototype per sample seen. ``k`` must not exceed the
+    experience's sample count (the whole experience's, for an online stream): a smaller
+    experience is refused before training on it.
+
     Args: a :class:`~avalanche_color.config.PrototypeOptions` and/or its options as
     keywords: ``k``, ``kmeans_seed``, ``kmeans_n_init``, ``prototype_data``
     (``"train"`` embeds the training data as the training loader transforms it, as
@@ -41,49 +51,60 @@ class PrototypeRouterPlugin(SupervisedPlugin, supports_distributed=True):
         super().__init__()
         self.config = PrototypeOptions.build(config, **options)
         self._training: Optional[Any] = None  # the experience whose expert is training now
+        self._chunks: list[Any] = []  # its training data: one data set, or an online stream's chunks so far
+        self._fitted_chunks = 0  # how many of them the expert's prototypes were fitted from
 
     def before_train_dataset_adaptation(self, strategy: "SupervisedTemplate", **kwargs: Any) -> None:
         # Runs before the new expert is created, so a refused experience leaves no trace.
-        size = len(strategy.experience.dataset)
+        refuse_chunks_without_boundaries(strategy.experience, type(strategy).__name__)
+        experience = origin_experience(strategy.experience)
+        size = len(experience.dataset)
         if self.config.prototypes_per_class is None and self.config.k > size:
             raise ValueError(
                 f"k must be at most the experience's sample count: k={self.config.k}, experience "
-                f"{strategy.experience.current_experience} has {size} samples"
+                f"{experience.current_experience} has {size} samples; use a smaller k"
             )
 
     def before_training_exp(self, strategy: "SupervisedTemplate", **kwargs: Any) -> None:
-        self._training = strategy.experience
+        if not continues_experience(strategy.experience):
+            self._chunks, self._fitted_chunks = [], 0
+        self._chunks.append(strategy.experience.dataset)
+        self._training = origin_experience(strategy.experience)
 
     def before_eval(self, strategy: "SupervisedTemplate", **kwargs: Any) -> None:
-        # An evaluation inside training (Avalanche's periodic evaluation, early stopping):
-        # the expert being trained gets its prototypes now, so evaluation reaches it.
+        # An evaluation inside training (Avalanche's periodic evaluation, early stopping, or
+        # between the chunks of an online stream): the expert being trained gets its prototypes
+        # now, so evaluation reaches it.
         model, experience = _routed(strategy.model), self._training
         expert = None if experience is None else model.current_expert(experience.current_experience)
         if expert is not None and not self._fitted_for_good(model, expert):
-            self._fit(strategy, experience, expert)
+            self._fit(strategy, expert)
 
     def after_training_exp(self, strategy: "SupervisedTemplate", **kwargs: Any) -> None:
-        model, experience, self._training = _routed(strategy.model), strategy.experience, None
-        expert = model.current_expert(experience.current_experience)
-        if expert is None:
-            return
+        model, experience = _routed(strategy.model), self._training
+        expert = None if experience is None else model.current_expert(experience.current_experience)
+        if expert is None or not ends_experience(strategy.experience, sum(len(c) for c in self._chunks)):
+            return  # the expert learns the next chunk of its experience first
+        self._training = None
         if not self._fitted_for_good(model, expert):
-            self._fit(strategy, experience, expert)
+            self._fit(strategy, expert)
         model.finish_expert(expert)
 
-    @staticmethod
-    def _fitted_for_good(model: RoutedExpertViT, expert: int) -> bool:
+    def _fitted_for_good(self, model: RoutedExpertViT, expert: int) -> bool:
         """Whether ``expert`` has prototypes that no further training can change.
 
         Prototypes are a function of the experience's data and the routing features,
-        and the pass is seeded: while those features are frozen, fitting again gives the same.
+        and the pass is seeded: while those features are frozen and no chunk has come
+        since, fitting again gives the same.
         """
-        return model.routing_fitted(expert) and model.routing_features_frozen()
+        return (model.routing_fitted(expert) and model.routing_features_frozen()
+                and self._fitted_chunks == len(self._chunks))
 
     @torch.no_grad()
-    def _fit(self, strategy: "SupervisedTemplate", experience: Any, expert: int) -> None:
+    def _fit(self, strategy: "SupervisedTemplate", expert: int) -> None:
         model, config = strategy.model, self.config
-        dataset = experience.dataset
+        self._fitted_chunks = len(self._chunks)
+        dataset = self._chunks[0] if len(self._chunks) == 1 else concat_datasets(self._chunks)
         dataset = dataset.train() if config.prototype_data == "train" else dataset.eval()
         batch_size = config.prototype_batch_size or strategy.eval_mb_size or strategy.train_mb_size
         if is_distributed():  # each rank embeds its contiguous shard; the features are gathered
@@ -100,8 +121,10 @@ class PrototypeRouterPlugin(SupervisedPlugin, supports_distributed=True):
         local = torch.cat(features) if features else torch.empty(0, model.num_features, device=strategy.device)
         all_labels = gather_features(torch.cat(labels) if labels else torch.empty(0, dtype=torch.long))
         if config.prototypes_per_class is None:
+            # k was checked against the whole experience; between an online stream's chunks, fewer may be seen.
+            k = min(config.k, len(all_labels))
             centres = shared_prototypes(local, lambda f: fit_prototypes(
-                f, config.k, seed=config.kmeans_seed, n_init=config.kmeans_n_init))
+                f, k, seed=config.kmeans_seed, n_init=config.kmeans_n_init))
         else:
             centres = shared_prototypes(local, lambda f: fit_class_prototypes(
                 f, all_labels.to(f.device), config.prototypes_per_class, seed=config.kmeans_seed,

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from avalanche_color.config import L2PConfig
 from avalanche_color.peers.l2p.model import L2PViT
 from avalanche_color.training.configured_strategy import ConfiguredStrategy
+from avalanche_color.training.experiences import continues_experience
 from avalanche_color.training.plugin_compatibility import L2P_TABLE
 
 
@@ -56,9 +57,11 @@ class L2P(ConfiguredStrategy):
         return torch.optim.Adam(model.pool.parameters(), lr=self.config.lr)
 
     def check_model_and_optimizer(self, **kwargs: Any) -> None:
-        # The head grows in the model adaptation, so the optimiser comes after it.
+        # The head grows in the model adaptation, so the optimiser comes after it; the
+        # chunks of an online stream's experience (with task boundaries) continue its optimiser.
         self.model = self.model_adaptation()
-        self.make_optimizer(**kwargs)
+        if not continues_experience(self.experience):
+            self.make_optimizer(**kwargs)
 
     def make_optimizer(self, **kwargs: Any) -> None:
         """A fresh Adam over the pool and the head (state reset per experience, as L2P's code)."""
