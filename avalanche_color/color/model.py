@@ -28,7 +28,8 @@ class ExpertViT(RoutedExpertViT):
     expert here is one :class:`~avalanche_color.lora.qv_experts.QVLoRA` per block.
 
     Args:
-        vit: a timm ``VisionTransformer``; it is adapted in place and frozen.
+        vit: a timm ``VisionTransformer`` without LoRA experts; it is adapted in place and
+            frozen (the strategies give it a copy of the ViT they are given).
         config: :class:`~avalanche_color.config.LoRAOptions` (or a
             :class:`~avalanche_color.config.CoLoRConfig`); keyword options
             (``rank``, ``alpha``, ``routing``, ``distance``, ...) replace its fields.
@@ -100,7 +101,8 @@ class ExpertViT(RoutedExpertViT):
 
 
 def check_vit(model: nn.Module) -> None:
-    """Refuse anything but a timm VisionTransformer with fused qkv projections."""
+    """Refuse anything but a timm VisionTransformer with fused ``nn.Linear`` qkv projections
+    (``TypeError``), and a ViT whose qkv already carry LoRA experts (``ValueError``)."""
     check_vision_transformer(model)
     for index, block in enumerate(model.blocks):
         qkv = getattr(getattr(block, "attn", None), "qkv", None)
@@ -110,4 +112,5 @@ def check_vit(model: nn.Module) -> None:
                 f"got {type(qkv).__name__}"
             )
         if isinstance(qkv, QKVExperts):
-            raise ValueError("model already carries LoRA experts: pass the plain timm ViT")
+            raise ValueError("model already carries LoRA experts (an ExpertViT adapted it in place): pass a "
+                             "plain timm ViT to start anew, or that ExpertViT (strategy.model) to continue from it")

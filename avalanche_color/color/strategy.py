@@ -29,9 +29,10 @@ class CoLoR(RoutedExpertsTemplate):
     ``eval_every``, k-means and prototype settings, ``check_data``, ``cache_evaluation``.
 
     Args:
-        model: a timm ``VisionTransformer`` (adapted in place), or an
-            :class:`~avalanche_color.ExpertViT` to continue from (then its own rank,
-            alpha, routing and distance apply and must stay unset).
+        model: a timm ``VisionTransformer`` (CoLoR adapts a copy of it; the ViT given
+            stays as it was), or an :class:`~avalanche_color.ExpertViT` to continue from
+            (then its own model options, those of ``LoRAOptions``: rank, alpha, routing,
+            distance, ..., apply and must stay unset; training options may be given).
         config: a :class:`~avalanche_color.config.CoLoRConfig`; keyword options replace its fields.
         criterion, device, plugins, evaluator, and Avalanche's other keywords: see
             :class:`~avalanche_color.training.configured_strategy.ConfiguredStrategy`.

@@ -7,7 +7,9 @@ that are not options go to Avalanche's ``SupervisedTemplate`` (``peval_mode``, .
 
 from __future__ import annotations
 
+import copy
 import inspect
+import typing
 from collections.abc import Sequence
 from typing import Any, Callable, ClassVar, Optional, Union
 
@@ -30,9 +32,11 @@ class ConfiguredStrategy(SupervisedTemplate):
     and, if they add plugins of their own, :meth:`own_plugins`.
 
     Args:
-        model: a timm ``VisionTransformer`` (wrapped into :attr:`model_class`), or
-            a :attr:`model_class` instance to continue from: then its own model
-            options apply and must not be given again.
+        model: a timm ``VisionTransformer``: the strategy wraps a copy of it into
+            :attr:`model_class`, so the ViT given stays as it was, usable by other
+            strategies; or a :attr:`model_class` instance (a strategy's ``model``) to
+            continue from: then its own model options (those of the model's options
+            class, e.g. ``LoRAOptions`` for CoLoR) apply and must not be given again.
         config: a :attr:`config_class`; keyword options replace its fields.
         criterion: loss; a new ``CrossEntropyLoss`` by default.
         device, evaluator: as in Avalanche's ``SupervisedTemplate``.
@@ -64,7 +68,7 @@ class ConfiguredStrategy(SupervisedTemplate):
         **options: Any,
     ) -> None:
         refuse_incompatible_plugins(type(self).__name__, plugins or (), self.incompatible_plugins)
-        self._refuse_unknown_keywords(options)  # before the model is adapted in place
+        self._refuse_unknown_keywords(options)  # before the model is copied and adapted
         own = {name: options.pop(name) for name in list(options) if name in self.config_class.names()}
         model, self.config = configured_model(model, self.model_class, self.config_class, config, own)
         config = self.config
@@ -107,13 +111,16 @@ def configured_model(model: nn.Module, model_class: type[nn.Module], config_clas
                      config: Optional[Options], options: dict[str, Any]) -> tuple[nn.Module, Any]:
     """The strategy's model and its full config.
 
-    A plain ViT becomes ``model_class(model, config)``. A ``model_class`` instance is
-    kept, and its own model options fill the config; giving them again is refused.
+    A plain ViT becomes ``model_class(copy of model, config)``: the models adapt and freeze
+    the ViT they wrap, and the caller's ViT stays usable (Avalanche's own scripts give one
+    model object to several strategies). A ``model_class`` instance is kept, and its own
+    model options fill the config; giving them again is refused.
     """
     if not isinstance(model, model_class):
         config = config_class.build(config, **options)
-        return model_class(model, config), config
-    model_options = {name: getattr(model.config, name) for name in type(model.config).names()}
+        return model_class(copy.deepcopy(model), config), config
+    # The model's own options: the fields of its options class (model.config may be the whole strategy config).
+    model_options = {name: getattr(model.config, name) for name in typing.get_type_hints(model_class)["config"].names()}
     given = sorted(set(options) & set(model_options))
     if config is not None:
         given += sorted(name for name, value in model_options.items()
