@@ -10,6 +10,7 @@ streams are built with Avalanche's own generators, as a user's script would.
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -29,6 +30,7 @@ from avalanche.benchmarks import (
     tensors_benchmark,
     with_classes_timeline,
 )
+from avalanche.benchmarks.scenarios.online import OnlineCLScenario, split_online_stream
 from avalanche.benchmarks.utils import as_classification_dataset
 from avalanche.evaluation.metrics import accuracy_metrics
 from avalanche.training import Naive
@@ -244,6 +246,44 @@ def filelists(tmp_path: Path):
             lists[split].append(path)
     return filelist_benchmark(tmp_path, lists["train"], lists["test"], task_labels=[0, 0],
                               train_transform=png_transform(), eval_transform=png_transform())
+
+
+def online(tmp_path: Path, access_task_boundaries: bool = True, scenario: bool = False):
+    """``nc`` cut into chunks of 10 samples by Avalanche's online scenario (4 chunks per experience).
+
+    Returns (the chunks to train on, the test stream): from ``split_online_stream``, or with
+    ``scenario`` from the (deprecated, still used) ``OnlineCLScenario``.
+    """
+    whole = nc(tmp_path)
+    if scenario:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "Deprecated. Use `split_online_stream` ..."
+            online_benchmark = OnlineCLScenario(whole.streams.values(), experience_size=CHUNK,
+                                                access_task_boundaries=access_task_boundaries)
+        return online_benchmark.train_online_stream, online_benchmark.original_test_stream
+    chunks = split_online_stream(whole.train_stream, experience_size=CHUNK,
+                                 access_task_boundaries=access_task_boundaries)
+    return chunks, whole.test_stream
+
+
+CHUNK = 10  # samples per chunk of the online streams
+
+
+class TaskLabelledImages(TinyImages):
+    """Like ``TinyImages``, with task labels 1-4 mixed within the data set (``targets_task_labels``)."""
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor) -> None:
+        super().__init__(images, labels)
+        self.targets_task_labels = [1 + i % 4 for i in range(len(labels))]
+
+    def __getitem__(self, index: int):
+        return (*super().__getitem__(index), self.targets_task_labels[index])
+
+
+def mixed_task_labels(tmp_path: Path):
+    """Class-incremental, each experience holding samples of task labels 1, 2, 3 and 4."""
+    return dataset_benchmark([TaskLabelledImages(*images(c, "train")) for c in SPLITS],
+                             [TaskLabelledImages(*images(c, "test")) for c in SPLITS])
 
 
 STREAMS: dict[str, Callable] = {

@@ -47,9 +47,10 @@ from avalanche.training.plugins import (
     SynapticIntelligencePlugin,
 )
 
-from avalanche_color import L2P, CoLoR, SPrompts, routing_accuracy_metrics
+from avalanche_color import L2P, CoLoR, ExpertViT, SPrompts, routing_accuracy_metrics
 from drop_in_cases import (
     CHANCE,
+    CLASSES,
     LEARNED,
     NUM_CLASSES,
     ROUTED,
@@ -62,9 +63,12 @@ from drop_in_cases import (
     build_naive,
     is_finite,
     metric_stream_name,
+    mixed_task_labels,
     nc,
+    online,
     quiet_evaluator,
     stream_accuracy,
+    tiny_vit,
     train_stream_and_eval,
 )
 
@@ -343,3 +347,178 @@ def test_a_torchvision_vit_is_refused_with_a_pointer_to_timm(strategy_class):
     with pytest.raises(TypeError) as refusal:
         strategy_class(model, evaluator=quiet_evaluator())
     assert "torchvision" in str(refusal.value) and "timm" in str(refusal.value), str(refusal.value)
+
+
+# ---------------------------------------------------------------------- 7. online streams (issue 24)
+
+ONLINE = {"split_online_stream": dict(scenario=False), "OnlineCLScenario": dict(scenario=True)}
+
+
+@pytest.mark.parametrize("online_stream", list(ONLINE))
+@pytest.mark.parametrize("name", WITH_NAIVE)
+def test_online_stream_with_task_boundaries_learns_as_the_whole_stream(name, online_stream, tmp_path):
+    """Chunks of 10 samples with access_task_boundaries=True: one expert per origin experience,
+    trained across its chunks, with prototypes from all of them; accuracy as with whole experiences."""
+    chunks, test_stream = online(tmp_path, access_task_boundaries=True, **ONLINE[online_stream])
+    strategy = make(name)
+    for chunk in chunks:
+        strategy.train(chunk)
+    accuracy = stream_accuracy(strategy.eval(test_stream), test_stream)
+    assert_learns(name, accuracy)
+    if name in ROUTED:
+        model = strategy.model
+        assert model.expert_experiences.tolist() == [0, 1], "one expert per origin experience"
+        assert model.expert_finished.tolist() == [True, True]
+        assert sorted(set(model.router.owners.tolist())) == [0, 1], "prototypes for both experts"
+        assert model.router.owners.tolist().count(1) == SETTINGS[name]["k"]
+    if name != "Naive":  # Naive forgets either way: it only shows the situation is valid Avalanche
+        whole = train_stream_and_eval(make(name), nc(tmp_path))
+        assert accuracy >= whole - 0.1, f"{name}: online {accuracy:.3f}, whole experiences {whole:.3f}"
+
+
+@pytest.mark.parametrize("name", ROUTED)
+def test_online_k_larger_than_a_chunk_fits_from_all_chunks_and_evaluates_between_them(name, tmp_path):
+    """k=12 with chunks of 10: refused for no chunk; an evaluation after each chunk fits the
+    prototypes from the chunks so far (at most one per sample seen); the last fit uses all 40."""
+    chunks, test_stream = online(tmp_path, access_task_boundaries=True)
+    strategy = make(name, k=12)
+    accuracies = []
+    for chunk in chunks:
+        strategy.train(chunk)
+        accuracies.append(stream_accuracy(strategy.eval(test_stream), test_stream))
+        expert = chunk.origin_experience.current_experience
+        seen = (chunk.current_experience % 4 + 1) * 10
+        assert strategy.model.router.owners.tolist().count(expert) == min(12, seen)
+    assert strategy.model.num_experts == 2
+    assert_learns(name, accuracies[-1])
+    assert accuracies[3] == pytest.approx(0.5), "after experience 0: its two classes of four, all right"
+
+
+@pytest.mark.parametrize("online_stream", list(ONLINE))
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_online_stream_without_task_boundaries_is_refused_or_learns(name, online_stream, tmp_path):
+    """Without task boundaries a chunk cannot say which experience it belongs to: the routed
+    strategies (one expert per experience) refuse it before training, naming the setting that
+    fixes it; L2P (one shared prompt pool, no experts) learns the chunks as they come."""
+    chunks, test_stream = online(tmp_path, access_task_boundaries=False, **ONLINE[online_stream])
+    recorder = LossRecorder()
+    strategy = make(name, plugins=[recorder])
+    if name in ROUTED:
+        with pytest.raises(ValueError, match=r"access_task_boundaries=True"):
+            strategy.train(next(iter(chunks)))
+        assert not recorder.losses and strategy.model.num_experts == 0, "refused after training began"
+        return
+    for chunk in chunks:
+        strategy.train(chunk)
+    assert_learns(name, stream_accuracy(strategy.eval(test_stream), test_stream))
+
+
+@pytest.mark.parametrize("name", ROUTED)
+def test_k_larger_than_an_ordinary_experience_is_refused_before_training(name, tmp_path):
+    recorder = LossRecorder()
+    strategy = make(name, k=41, plugins=[recorder])  # each experience of nc has 40 samples
+    with pytest.raises(ValueError, match=r"k must be at most the experience's sample count: k=41, .* 40 samples"):
+        strategy.train(nc(tmp_path).train_stream[0])
+    assert not recorder.losses and strategy.model.num_experts == 0
+
+
+# ------------------------------------------------------ 8. several task labels in one experience (issue 24)
+
+
+@pytest.mark.parametrize("name", WITH_NAIVE)
+def test_experiences_with_several_task_labels_learn(name, tmp_path):
+    """Each experience mixes task labels 1-4 (as Avalanche's tensor-dataset and task_metrics
+    examples): no routing here reads task labels, so all learn."""
+    assert_learns(name, train_stream_and_eval(make(name), mixed_task_labels(tmp_path)))
+
+
+@pytest.mark.parametrize("name", ROUTED)
+def test_oracle_routing_refuses_an_experience_with_several_task_labels(name, tmp_path):
+    recorder = LossRecorder()
+    strategy = make(name, routing="oracle", plugins=[recorder])
+    with pytest.raises(ValueError, match=r"routing='oracle' .* must have one task label, got \[1, 2, 3, 4\]"):
+        strategy.train(mixed_task_labels(tmp_path).train_stream[0])
+    assert not recorder.losses and strategy.model.num_experts == 0
+
+
+# ---------------------------------------------------------- 9. one model object, several strategies (issue 24)
+
+
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_one_vit_serves_several_strategies_and_stays_as_it_was(name, tmp_path):
+    """Avalanche's scripts give one model object to several strategies: each strategy adapts
+    its own copy, so every one learns and the ViT given stays unchanged and trainable."""
+    vit = tiny_vit()
+    before = {key: value.clone() for key, value in vit.state_dict().items()}
+    for _ in range(2):
+        assert_learns(name, train_stream_and_eval(make(name, model=vit), nc(tmp_path)))
+    assert vit.state_dict().keys() == before.keys()
+    assert all(torch.equal(value, before[key]) for key, value in vit.state_dict().items())
+    assert all(parameter.requires_grad for parameter in vit.parameters())
+
+
+MODEL_OPTION = {"CoLoR": dict(rank=2), "SPrompts": dict(prompt_length=3), "L2P": dict(top_n=1)}
+
+
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_a_strategys_model_continues_with_training_options_and_refuses_model_options(name, tmp_path):
+    first = make(name)
+    first.train(nc(tmp_path).train_stream[0])
+    # Training options (Avalanche's periodic evaluation, epochs, lr) may be given with the model.
+    second = CLASSES[name](first.model, evaluator=quiet_evaluator(), eval_every=1, train_epochs=3, lr=0.05,
+                           train_mb_size=16, eval_mb_size=64)
+    second.train(nc(tmp_path).train_stream[1])
+    assert_learns(name, stream_accuracy(second.eval(nc(tmp_path).test_stream), nc(tmp_path).test_stream))
+    [(option, value)] = MODEL_OPTION[name].items()
+    with pytest.raises(ValueError, match=rf"leave \['{option}'\] unset"):
+        CLASSES[name](first.model, evaluator=quiet_evaluator(), **{option: value})
+
+
+def test_a_vit_already_carrying_lora_experts_is_refused_with_what_to_pass():
+    vit = tiny_vit()
+    ExpertViT(vit, rank=2)  # adapts vit in place
+    with pytest.raises(ValueError, match=r"pass a plain timm ViT .* or that ExpertViT \(strategy.model\)"):
+        CoLoR(vit, evaluator=quiet_evaluator())
+
+
+# ------------------------------------------------- 10. Avalanche's save_checkpoint / maybe_load_checkpoint (issue 24)
+
+
+@pytest.fixture
+def dill_by_reference():
+    """The documented setting (README, Works with Avalanche): dill pickles classes by reference."""
+    import dill
+
+    saved = dill.settings["byref"]
+    dill.settings["byref"] = True
+    yield
+    dill.settings["byref"] = saved
+
+
+@pytest.mark.parametrize("name", WITH_NAIVE)
+def test_avalanche_checkpointing_resumes_to_the_same_metrics(name, tmp_path, dill_by_reference):
+    """Avalanche's examples/checkpointing.py: save_checkpoint after each experience, a fresh
+    process (here: a fresh strategy) resumes with maybe_load_checkpoint; the metrics equal
+    those of an uninterrupted run."""
+    from avalanche.checkpointing import maybe_load_checkpoint, save_checkpoint
+    from avalanche.training.determinism.rng_manager import RNGManager
+
+    benchmark = nc(tmp_path)
+    RNGManager.set_random_seeds(1234)
+    uninterrupted = train_stream_and_eval(make(name), benchmark)
+
+    path = tmp_path / "checkpoint.pkl"
+    RNGManager.set_random_seeds(1234)
+    strategy, start = maybe_load_checkpoint(make(name), path)
+    assert start == 0
+    strategy.train(benchmark.train_stream[0])
+    save_checkpoint(strategy, path)
+    del strategy  # "the process dies"; a new one builds the strategy and resumes
+    RNGManager.set_random_seeds(999)  # the checkpoint restores the generators
+    resumed, start = maybe_load_checkpoint(make(name), path)
+    assert start == 1
+    for experience in benchmark.train_stream[start:]:
+        resumed.train(experience)
+    accuracy = stream_accuracy(resumed.eval(benchmark.test_stream), benchmark.test_stream)
+    assert accuracy == pytest.approx(uninterrupted, abs=1e-9)
+    assert_learns(name, accuracy)
