@@ -522,3 +522,20 @@ def test_avalanche_checkpointing_resumes_to_the_same_metrics(name, tmp_path, dil
     accuracy = stream_accuracy(resumed.eval(benchmark.test_stream), benchmark.test_stream)
     assert accuracy == pytest.approx(uninterrupted, abs=1e-9)
     assert_learns(name, accuracy)
+
+
+@pytest.mark.parametrize("router", ["ridge", "gaussian"])
+def test_online_class_router_learns_from_every_chunk_and_counts_each_sample_once(router, tmp_path):
+    """A class-level router on an online stream: refitted from the chunks so far at every evaluation
+    between chunks (its pending samples replaced, not added), then kept for good at the end."""
+    chunks, test_stream = online(tmp_path, access_task_boundaries=True)
+    strategy = make("CoLoR", router=router, router_width=128)
+    for chunk in chunks:
+        strategy.train(chunk)
+        strategy.eval(test_stream)
+    accuracy = stream_accuracy(strategy.eval(test_stream), test_stream)
+    assert_learns("CoLoR", accuracy)
+    class_router = strategy.model.class_router
+    assert sorted(set(class_router.pair_experts.tolist())) == [0, 1] and int(class_router.pending_expert) == -1
+    if router == "gaussian":  # its statistics count samples: each training sample exactly once
+        assert int(class_router.classifier.counts.sum()) == sum(len(chunk.dataset) for chunk in chunks)
