@@ -18,6 +18,8 @@ object, so an option is checked in one place, when the config is built::
     CoLoR(vit, config)            # the same as CoLoR(vit, rank=8, k=20)
 
 A bad value raises a ``ValueError`` naming the option, the value and what is allowed.
+Configs take keywords only (``CoLoRConfig(8)`` is a ``TypeError``); the strategies'
+signatures (``help(CoLoR)``) list these fields with their types and defaults.
 """
 
 from __future__ import annotations
@@ -142,7 +144,7 @@ def unchecked(name: str, value: object) -> None:
 # ---------------------------------------------------------------------- the options
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Options:
     """Base of the option groups: checks every field on construction."""
 
@@ -184,7 +186,7 @@ class Options:
         return dataclasses.asdict(self)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RoutingOptions(Options):
     """How each test sample reaches an expert.
 
@@ -221,7 +223,7 @@ class RoutingOptions(Options):
                              f"label: use one or the other (router='prototypes' with routing='oracle')")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LoRAOptions(RoutingOptions):
     """CoLoR's experts: rank-r LoRA on the query and value projections of every block.
 
@@ -238,7 +240,7 @@ class LoRAOptions(RoutingOptions):
         return float(self.rank if self.alpha is None else self.alpha)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PromptOptions(RoutingOptions):
     """S-Prompts' experts: prompt tokens inserted behind the [CLS] token.
 
@@ -249,7 +251,7 @@ class PromptOptions(RoutingOptions):
     prompt_length: int = option(10, check_non_negative_int, expert_setting=True)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PrototypeOptions(Options):
     """The prototypes fitted after each experience.
 
@@ -274,7 +276,7 @@ class PrototypeOptions(Options):
     prototypes_per_class: Optional[int] = option(None, optional(check_positive_int))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrainingOptions(Options):
     """The learning rate and the budget.
 
@@ -291,7 +293,7 @@ class TrainingOptions(Options):
     eval_every: int = option(-1, check_int)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ExpertTrainingOptions(TrainingOptions):
     """How each expert is trained: SGD with a cosine schedule restarting per experience.
 
@@ -306,20 +308,20 @@ class ExpertTrainingOptions(TrainingOptions):
     check_data: bool = option(True, check_bool)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CoLoRConfig(LoRAOptions, PrototypeOptions, ExpertTrainingOptions):
     """CoLoR's options; the defaults are the paper's (rank 64, batch 128, 50 epochs,
     lr 1e-3, weight decay 2e-4, SGD with momentum 0.9, cosine schedule)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SPromptsConfig(PromptOptions, PrototypeOptions, ExpertTrainingOptions):
     """S-Prompts' options; defaults from its published configs (prompt length 10, lr 0.01)."""
 
     lr: float = option(0.01, check_positive)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class L2PModelOptions(Options):
     """L2P's prompt pool and head.
 
@@ -345,7 +347,7 @@ class L2PModelOptions(Options):
             raise ValueError(f"top_n must be at most pool_size={self.pool_size}, got top_n={self.top_n}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class L2PConfig(L2PModelOptions, TrainingOptions):
     """L2P's options; defaults from the L2P paper (Split CIFAR-100): Adam, constant lr 0.03,
     batch 128, 5 epochs; the surrogate weight 0.1 is its code's ``pull_constraint_coeff``.

@@ -35,11 +35,8 @@ class RoutedExpertsTemplate(PerExperienceCosine, ConfiguredStrategy):
     model: RoutedExpertViT
     config: CoLoRConfig | SPromptsConfig
     incompatible_plugins = ROUTED_EXPERTS
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        # Under torchrun: the model in DDP over the current expert, for training steps.
-        self.ddp_model: Optional[nn.Module] = None
-        super().__init__(*args, **kwargs)
+    # Under torchrun: the model in DDP over the current expert, for training steps (set per experience).
+    ddp_model: Optional[nn.Module] = None
 
     def first_optimizer(self, model: nn.Module) -> SGD:
         # Replaced by make_optimizer before each experience, once its expert exists.

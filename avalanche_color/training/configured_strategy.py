@@ -8,6 +8,7 @@ that are not options go to Avalanche's ``SupervisedTemplate`` (``peval_mode``, .
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import typing
 from collections.abc import Sequence
@@ -55,6 +56,9 @@ class ConfiguredStrategy(SupervisedTemplate):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)  # Avalanche wraps __init__ to warn about positional arguments;
         cls.__init__ = inspect.unwrap(cls.__init__)  # Strategy(model, ...) is this package's documented call
+        if "config_class" in cls.__dict__:
+            # help(), inspect.signature and IPython show every option, read from the config (declared once there).
+            cls.__signature__ = strategy_signature(cls.config_class)  # type: ignore[attr-defined]
 
     def __init__(
         self,
@@ -105,6 +109,26 @@ class ConfiguredStrategy(SupervisedTemplate):
     def own_plugins(self) -> list[BasePlugin]:
         """Plugins the method itself needs, placed before the user's."""
         return []
+
+
+def strategy_signature(config_class: type[Options]) -> inspect.Signature:
+    """``Strategy(model, config=None, *, <every option of config_class>, criterion, device, plugins,
+    evaluator, **kwargs)``: the call :meth:`ConfiguredStrategy.__init__` accepts, each option with
+    its type and default as declared in ``config_class``."""
+    base = inspect.signature(ConfiguredStrategy.__init__).parameters
+    hints = typing.get_type_hints(config_class)
+    options = [inspect.Parameter(spec.name, inspect.Parameter.KEYWORD_ONLY, default=spec.default,
+                                 annotation=hints[spec.name])
+               for spec in dataclasses.fields(config_class) if spec.init]
+    avalanche = [base[name].replace(annotation=hint) for name, hint in typing.get_type_hints(
+        ConfiguredStrategy.__init__).items() if name in ("criterion", "device", "plugins", "evaluator")]
+    return inspect.Signature([
+        base["model"].replace(annotation=nn.Module),
+        base["config"].replace(annotation=Optional[config_class]),
+        *options,
+        *avalanche,
+        inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD, annotation=Any),  # Avalanche's other keywords
+    ], return_annotation=None)
 
 
 def configured_model(model: nn.Module, model_class: type[nn.Module], config_class: type[Options],
