@@ -7,7 +7,8 @@ import torch
 from avalanche.training import Naive
 from avalanche.training.templates.base import PositionalArgumentsDeprecatedWarning
 
-from avalanche_color import CoLoR, ExpertViT, LoRAExpertsPlugin, PrototypeRouterPlugin
+from avalanche_color import (L2P, CoLoR, ExpertViT, L2PViT, LoRAExpertsPlugin, PromptExpertViT, PrototypeRouterPlugin,
+                             SPrompts)
 from helpers import quiet_evaluator, stream_metric, tiny_color, train_all
 from streams import class_stream, domain_stream, tiny_vit
 
@@ -115,3 +116,36 @@ def test_a_misspelled_option_is_refused_naming_the_options_and_the_vit_stays_usa
     with pytest.raises(TypeError, match=r"CoLoR got unexpected keyword arguments \['rnak'\]; its options are .*rank"):
         CoLoR(vit, rnak=8)
     assert CoLoR(vit, rank=8).model.rank == 8  # not adapted by the refused call
+
+
+@pytest.mark.parametrize("strategy, settings", [
+    (CoLoR, "lr, momentum, weight_decay"), (SPrompts, "lr, momentum, weight_decay"), (L2P, "lr")])
+def test_an_optimizer_is_refused_saying_how_to_set_the_strategys_own(strategy, settings):
+    # Naive(model, optimizer=...) is Avalanche's habit; these strategies make an optimiser per experience.
+    vit = tiny_vit()
+    with pytest.raises(TypeError, match=rf"{strategy.__name__} builds its own optimiser per experience .*"
+                                        rf"got SGD; set {settings} instead, or subclass .* override make_optimizer"):
+        strategy(vit, optimizer=torch.optim.SGD(vit.parameters(), lr=0.1), evaluator=quiet_evaluator())
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int64, torch.bool])
+@pytest.mark.parametrize("model_class", [ExpertViT, PromptExpertViT, L2PViT])
+def test_refuses_integer_images_naming_the_dtype_and_what_is_expected(model_class, dtype):
+    # Converting would need the images' scale (0-255? 0-1?), which a batch does not say.
+    model = model_class(tiny_vit())
+    model.adaptation(class_stream().train_stream[0])
+    images = torch.full((2, 3, 16, 16), 200).to(dtype)
+    with pytest.raises(ValueError, match=rf"images must be a floating-point tensor, normalised as the backbone "
+                                         rf"expects .*got dtype {dtype}"):
+        model(images)
+    assert model(images.float()).isfinite().any()  # the same batch as floats runs
+
+
+def test_a_training_stream_of_integer_images_is_refused_before_an_expert_exists():
+    stream = class_stream()
+    experience = stream.train_stream[0]
+    experience.dataset = experience.dataset.replace_current_transform_group(lambda x: (x * 100).to(torch.uint8))
+    strategy = CoLoR(tiny_vit(), rank=2, k=2, train_epochs=1, evaluator=quiet_evaluator())
+    with pytest.raises(ValueError, match=r"experience 0, sample 0: images must be a floating-point .*torch.uint8"):
+        strategy.train(experience)
+    assert strategy.model.num_experts == 0

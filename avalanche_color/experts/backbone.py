@@ -23,7 +23,17 @@ def check_vision_transformer(model: nn.Module) -> None:
 
 
 def check_images(vit: VisionTransformer, x: Tensor) -> None:
-    """Refuse a batch the ViT's patch embedding cannot take, naming what it expects."""
+    """Refuse a batch the ViT's patch embedding cannot take, naming what it expects.
+
+    Integer images (uint8 0-255, ...) are refused, not converted: their scale is unknown
+    here, and the backbone expects its own normalisation.
+    """
+    if not x.is_floating_point():
+        raise ValueError(
+            f"images must be a floating-point tensor, normalised as the backbone expects (e.g. "
+            f"torchvision's ToTensor then Normalize with the mean and std of "
+            f"timm.data.resolve_data_config({{}}, model=vit)), got dtype {x.dtype}"
+        )
     embed = vit.patch_embed
     channels = embed.proj.in_channels
     expected = f"(batch, {channels}, {embed.img_size[0]}, {embed.img_size[1]})"

@@ -35,6 +35,8 @@ class RoutedExpertsTemplate(PerExperienceCosine, ConfiguredStrategy):
     model: RoutedExpertViT
     config: CoLoRConfig | SPromptsConfig
     incompatible_plugins = ROUTED_EXPERTS
+    optimizer_description = "SGD over the new expert, cosine-annealed over the experience"
+    optimizer_options = ("lr", "momentum", "weight_decay")
     # Under torchrun: the model in DDP over the current expert, for training steps (set per experience).
     ddp_model: Optional[nn.Module] = None
 

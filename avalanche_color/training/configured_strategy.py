@@ -52,6 +52,9 @@ class ConfiguredStrategy(SupervisedTemplate):
     model_class: ClassVar[type[nn.Module]]
     # Avalanche plugins this strategy refuses, by class name, with the reason (see plugin_compatibility).
     incompatible_plugins: ClassVar[dict[str, str]] = {}
+    # The optimiser the strategy builds per experience, and the options that set it (for the refusal of optimizer=).
+    optimizer_description: ClassVar[str] = "its own optimiser"
+    optimizer_options: ClassVar[tuple[str, ...]] = ("lr",)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)  # Avalanche wraps __init__ to warn about positional arguments;
@@ -72,7 +75,8 @@ class ConfiguredStrategy(SupervisedTemplate):
         **options: Any,
     ) -> None:
         refuse_incompatible_plugins(type(self).__name__, plugins or (), self.incompatible_plugins)
-        self._refuse_unknown_keywords(options)  # before the model is copied and adapted
+        self._refuse_optimizer(options)  # before the model is copied and adapted
+        self._refuse_unknown_keywords(options)
         own = {name: options.pop(name) for name in list(options) if name in self.config_class.names()}
         model, self.config = configured_model(model, self.model_class, self.config_class, config, own)
         config = self.config
@@ -89,6 +93,16 @@ class ConfiguredStrategy(SupervisedTemplate):
             eval_every=config.eval_every,
             **options,
         )
+
+    def _refuse_optimizer(self, options: dict[str, Any]) -> None:
+        # Naive(model, optimizer=...) is Avalanche's habit; here the optimiser is made per experience.
+        if "optimizer" in options:
+            name = type(self).__name__
+            raise TypeError(
+                f"{name} builds its own optimiser per experience ({self.optimizer_description}), so it takes no "
+                f"optimizer=, got {type(options['optimizer']).__name__}; set "
+                f"{', '.join(self.optimizer_options)} instead, or subclass {name} and override make_optimizer"
+            )
 
     def _refuse_unknown_keywords(self, options: dict[str, Any]) -> None:
         accepted = set(self.config_class.names())

@@ -51,6 +51,8 @@ class L2P(ConfiguredStrategy):
     config_class: ClassVar[type[L2PConfig]] = L2PConfig
     model_class: ClassVar[type[L2PViT]] = L2PViT
     incompatible_plugins = L2P_TABLE
+    optimizer_description = "Adam over the prompt pool and the head, constant learning rate"
+    optimizer_options = ("lr",)
 
     def first_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         # Replaced by make_optimizer before each experience, once the head covers its classes.
