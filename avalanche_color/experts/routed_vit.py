@@ -36,8 +36,10 @@ from avalanche_color.utils.state import take_stored_shapes
 class RoutedExpertViT(MultiTaskModule):
     """Base of the routed expert models: a frozen ViT, one expert and head per experience.
 
-    In training mode the newest expert predicts (Avalanche's model adaptation adds
-    one per training experience, see :meth:`adaptation`). In eval mode each sample is
+    In training mode the newest expert predicts while it is trained (Avalanche's model
+    adaptation adds one per training experience, see :meth:`adaptation`); once every expert
+    is finished, a train-mode forward raises a ``RuntimeError`` saying to call ``model.eval()``
+    rather than predicting differently from eval mode. In eval mode each sample is
     routed to the expert of its nearest prototype, or, with ``routing="oracle"``,
     to the expert trained on its task label. Outputs cover the global class
     space: classes the chosen expert does not know get ``-inf``.
@@ -274,6 +276,9 @@ class RoutedExpertViT(MultiTaskModule):
         Args:
             x: images (batch, channels, height, width) the backbone accepts.
             task_labels: one per sample; only oracle routing reads them.
+
+        Raises:
+            RuntimeError: in train mode when every expert is finished (call ``model.eval()``).
         """
         if not self.num_experts:
             # Nothing learned yet (Avalanche evaluates once before the first training step):
@@ -281,7 +286,16 @@ class RoutedExpertViT(MultiTaskModule):
             self.last_experts = None
             return x.new_zeros(x.shape[0], self.num_classes)
         if self.training:
-            return self.predict(x, self.num_experts - 1)
+            newest = self.num_experts - 1
+            if bool(self.expert_finished[newest]):
+                # Train mode predicts with the expert being trained; with none left, a prediction
+                # here would silently differ from the routed one eval mode gives.
+                raise RuntimeError(
+                    f"{type(self).__name__} is in train mode, where the expert being trained predicts every "
+                    f"sample, but all its {self.num_experts} experts are finished: call model.eval() to route "
+                    f"each sample to its expert (a strategy's train() adds a new expert first)"
+                )
+            return self.predict(x, newest)
         caching = self.eval_cache is not None and not torch.is_grad_enabled()
         keys = image_keys(x) if caching else None
         experts = self.route(x, task_labels, keys)
