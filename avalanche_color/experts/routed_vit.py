@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Sequence
-from typing import Any, Optional, Union
+from pathlib import Path
+from typing import Any, Optional, TypeVar, Union
 
 import torch
 from avalanche.models import MultiTaskModule
@@ -24,13 +25,17 @@ from torch import Tensor, nn
 from avalanche_color.config import RoutingOptions
 from avalanche_color.experts.backbone import check_images, check_vision_transformer
 from avalanche_color.experts.heads import ExpertHead
+from avalanche_color.experts.pretrained import from_pretrained, save_pretrained
 from avalanche_color.routing.class_router import ClassRouter
 from avalanche_color.routing.eval_cache import EvalCache, image_keys
 from avalanche_color.routing.router import PrototypeRouter
 from avalanche_color.routing.segments import ExpertSelection, Segments, segments_of
 from avalanche_color.training.experiences import (experience_classes, experience_task_labels,
                                                   refuse_chunks_without_boundaries)
+from avalanche_color.utils.files import PathLike
 from avalanche_color.utils.state import take_stored_shapes
+
+Model = TypeVar("Model", bound="RoutedExpertViT")
 
 
 class RoutedExpertViT(MultiTaskModule):
@@ -349,6 +354,22 @@ class RoutedExpertViT(MultiTaskModule):
             raise ValueError(
                 f"state does not fit this model: missing {missing}, unexpected {result.unexpected_keys}"
             )
+
+    def save_pretrained(self, folder: PathLike) -> Path:
+        """Write the experts (safetensors) and a JSON config to ``folder``, to share without the backbone.
+
+        See :mod:`avalanche_color.experts.pretrained`; :meth:`from_pretrained` loads it.
+        """
+        return save_pretrained(self, folder)
+
+    @classmethod
+    def from_pretrained(cls: type[Model], folder: PathLike, backbone: nn.Module, **options: Any) -> Model:
+        """The model saved in ``folder`` on a copy of ``backbone`` (the one it was trained on), in eval mode.
+
+        Refuses, naming each difference, a backbone with other weights, another model class,
+        or ``options`` that change what the experts mean; others (``cache_evaluation``) may be given.
+        """
+        return from_pretrained(cls, folder, backbone, **options)
 
     def _check_stored_experts(self, state_dict: dict[str, Any], prefix: str) -> None:
         """Refuse a stored state whose experts have another shape (subclasses override)."""

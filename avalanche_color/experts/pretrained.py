@@ -1,0 +1,95 @@
+"""A trained routed expert model as a folder to share: ``experts.safetensors`` plus ``config.json``.
+
+The folder holds what :meth:`RoutedExpertViT.experts_state_dict` gives (experts, heads,
+prototypes, class-router state, class maps), never the backbone: ``config.json`` names the
+model class, its options, each expert's classes, the backbone's weights digest and the
+package version. Loading refuses a backbone with another digest, or options that change what
+the experts mean, naming every difference; a round trip predicts bit-identically.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import typing
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from avalanche_color.training.checkpoint import backbone_fingerprint, model_extras, restore_model_extras
+from avalanche_color.utils.files import PathLike
+
+if TYPE_CHECKING:
+    from avalanche_color.experts.routed_vit import RoutedExpertViT
+
+FORMAT = "avalanche_color.pretrained"
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "experts.safetensors"
+Model = TypeVar("Model", bound="RoutedExpertViT")
+
+
+def model_options(model_class: type[nn.Module], config: Any) -> dict[str, Any]:
+    """The model's own options (the fields of its options class), as JSON-ready values."""
+    names = typing.get_type_hints(model_class)["config"].names()
+    return {name: getattr(config, name) for name in names}
+
+
+def save_pretrained(model: RoutedExpertViT, folder: PathLike) -> Path:
+    """Write ``model``'s experts and ``config.json`` into ``folder`` (created if needed)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    from avalanche_color import __version__  # the package's version; a top-level import would be circular
+
+    config = {
+        "format": FORMAT,
+        "version": __version__,
+        "model": type(model).__name__,
+        "options": model_options(type(model), model.config),
+        "experts": [{"classes": head.classes.tolist(), "experience": int(experience), "task": int(task),
+                     "finished": bool(finished)}
+                    for head, experience, task, finished in zip(model.heads, model.expert_experiences,
+                                                                  model.expert_tasks, model.expert_finished)],
+        "backbone": {"architecture": getattr(model.backbone, "pretrained_cfg", {}).get("architecture"),
+                     "digest": backbone_fingerprint(model)},
+        "model_extras": model_extras(model),
+    }
+    # safetensors wants contiguous tensors that share no memory.
+    save_file({k: v.detach().cpu().contiguous().clone() for k, v in model.experts_state_dict().items()},
+              str(folder / WEIGHTS_FILE))
+    (folder / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
+    return folder
+
+
+def from_pretrained(model_class: type[Model], folder: PathLike, backbone: nn.Module, **options: Any) -> Model:
+    """A ``model_class`` on a copy of ``backbone`` with the experts of ``folder``, in eval mode.
+
+    ``options`` may change settings that do not decide what the experts mean (e.g.
+    ``cache_evaluation``); any other difference from the saved model is refused.
+    """
+    folder = Path(folder)
+    config_path = folder / CONFIG_FILE
+    if not config_path.is_file() or not (folder / WEIGHTS_FILE).is_file():
+        raise FileNotFoundError(f"{folder} is not a saved model: it needs {CONFIG_FILE} and {WEIGHTS_FILE} "
+                                f"(written by save_pretrained)")
+    saved = json.loads(config_path.read_text())
+    if not isinstance(saved, dict) or saved.get("format") != FORMAT:
+        raise ValueError(f"{config_path} is not an avalanche_color saved model (format {FORMAT!r})")
+    if saved["model"] != model_class.__name__:  # its options would not even fit model_class
+        raise ValueError(f"{folder} does not fit: model: saved {saved['model']}, loading as {model_class.__name__}")
+    model = model_class(copy.deepcopy(backbone), **{**saved["options"], **options})
+    problems = []
+    expert_settings = model.config.expert_settings()
+    for name, value in sorted(options.items()):
+        if name in expert_settings and value != saved["options"].get(name):
+            problems.append(f"{name}: saved {saved['options'].get(name)!r}, given {value!r}")
+    digest = backbone_fingerprint(model)
+    if digest != saved["backbone"]["digest"]:
+        problems.append(f"backbone: the experts were trained on another backbone (weights digest "
+                        f"{saved['backbone']['digest'][:12]}, this backbone's {digest[:12]})")
+    if problems:
+        raise ValueError(f"{folder} does not fit: " + "; ".join(problems))
+    model.load_experts_state_dict(load_file(str(folder / WEIGHTS_FILE), device=str(model.device)))
+    restore_model_extras(model, saved["model_extras"])
+    return model.eval()

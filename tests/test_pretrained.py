@@ -1,0 +1,85 @@
+"""Saving a trained model as a folder (safetensors + JSON) and loading it onto its backbone."""
+
+import json
+
+import pytest
+import torch
+
+from avalanche_color import ExpertViT, PromptExpertViT
+from helpers import UNSATURATED, tiny_color, train_all
+from streams import class_stream, tiny_vit
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    benchmark = class_stream(num_experiences=3)
+    strategy = tiny_color(**UNSATURATED)
+    train_all(strategy, benchmark)
+    folder = strategy.model.save_pretrained(tmp_path_factory.mktemp("color") / "experts")
+    images = torch.cat([torch.stack([s[0] for s in e.dataset]) for e in benchmark.test_stream])
+    return strategy.model.eval(), folder, images
+
+
+def test_round_trip_predicts_bit_identically_and_leaves_the_backbone_given(trained):
+    model, folder, images = trained
+    vit = tiny_vit()
+    before = {k: v.clone() for k, v in vit.state_dict().items()}
+    loaded = ExpertViT.from_pretrained(folder, vit)
+    assert not loaded.training and loaded.num_experts == 3
+    assert torch.equal(loaded(images), model(images))
+    assert torch.equal(loaded.route(images), model.route(images))
+    assert vit.state_dict().keys() == before.keys() and all(torch.equal(vit.state_dict()[k], v) for k, v in before.items())
+
+
+def test_the_folder_holds_safetensors_and_a_readable_config(trained):
+    model, folder, _ = trained
+    config = json.loads((folder / "config.json").read_text())
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "experts.safetensors"]
+    assert config["model"] == "ExpertViT" and config["options"]["rank"] == model.rank
+    assert [e["classes"] for e in config["experts"]] == [h.classes.tolist() for h in model.heads]
+    assert len(config["backbone"]["digest"]) == 32 and config["version"]
+
+
+def test_another_backbone_is_refused(trained):
+    _, folder, _ = trained
+    with pytest.raises(ValueError, match="backbone: the experts were trained on another backbone"):
+        ExpertViT.from_pretrained(folder, tiny_vit(seed=1))
+
+
+def test_each_changed_expert_setting_is_named(trained):
+    _, folder, _ = trained
+    with pytest.raises(ValueError, match=r"distance: saved 'euclidean', given 'cosine'; "
+                                         r"routing: saved 'backbone', given 'first_expert'"):
+        ExpertViT.from_pretrained(folder, tiny_vit(), routing="first_expert", distance="cosine")
+
+
+def test_a_setting_that_keeps_the_experts_meaning_may_change(trained):
+    model, folder, images = trained
+    loaded = ExpertViT.from_pretrained(folder, tiny_vit(), cache_evaluation=True)
+    with torch.no_grad():
+        assert torch.equal(loaded(images), model(images))
+
+
+def test_another_model_class_is_refused(trained):
+    _, folder, _ = trained
+    with pytest.raises(ValueError, match="model: saved ExpertViT, loading as PromptExpertViT"):
+        PromptExpertViT.from_pretrained(folder, tiny_vit())
+
+
+def test_a_folder_without_a_saved_model_is_refused(tmp_path):
+    with pytest.raises(FileNotFoundError, match="needs config.json and experts.safetensors"):
+        ExpertViT.from_pretrained(tmp_path, tiny_vit())
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "experts.safetensors").write_bytes(b"")
+    with pytest.raises(ValueError, match="not an avalanche_color saved model"):
+        ExpertViT.from_pretrained(tmp_path, tiny_vit())
+
+
+def test_prompt_experts_round_trip_too(tmp_path):
+    strategy_model = PromptExpertViT(tiny_vit(), prompt_length=2)
+    strategy_model.add_expert([0, 1])
+    torch.nn.init.normal_(strategy_model.heads[0].linear.weight)
+    strategy_model.finish_expert(0)
+    images = torch.randn(4, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    loaded = PromptExpertViT.from_pretrained(strategy_model.save_pretrained(tmp_path / "p"), tiny_vit())
+    assert torch.equal(loaded.predict(images, 0), strategy_model.predict(images, 0))
