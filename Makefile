@@ -10,7 +10,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 
 .PHONY: main main-publish test perf benchmarks benchmarks-digits benchmarks-pacs benchmarks-tiny benchmarks-routing \
-	benchmarks-routing-tiny benchmarks-routing-small setup clean
+	benchmarks-routing-tiny benchmarks-routing-small benchmarks-routing-pacs benchmarks-routing-digits setup clean
 
 MAIN := --methods CoLoR Naive EWC LwF Replay --epochs 5 --batch-size 32 --rank 16 --k 10 --loggers \
 	--seeds 0 1 2 3 4 --baseline-seeds 0 1 2 3 4
@@ -52,8 +52,12 @@ benchmarks-routing: benchmarks-routing-tiny benchmarks-routing-small
 benchmarks-routing-tiny: $(STAMP)
 	$(COMPARE) $(TINY) --methods $(ROUTERS) $(ROUTING) --name split_tiny_imagenet_routers
 
-benchmarks-routing-small: $(STAMP)
+benchmarks-routing-small: benchmarks-routing-pacs benchmarks-routing-digits
+
+benchmarks-routing-pacs: $(STAMP)
 	$(COMPARE) $(PACS) --methods $(ROUTERS) $(ROUTING) --name pacs_routers
+
+benchmarks-routing-digits: $(STAMP)
 	$(COMPARE) --benchmark digits_class $(DIGITS_BUDGET) --methods CoLoR CoLoR++ CoLoR-oracle $(ROUTERS) $(ROUTING) --name digits_class_routers
 	$(COMPARE) --benchmark digits_domain $(DIGITS_BUDGET) --methods CoLoR CoLoR++ $(ROUTERS) $(ROUTING) --name digits_domain_routers
 
