@@ -26,3 +26,14 @@ def test_compare_methods_notebook_runs_and_shows_table_and_plot(tiny_backbone, t
     assert any("| CoLoR | 1 |" in text and "| Naive | 1 |" in text for text in markdown)
     assert any("image/png" in output.get("data", {}) for output in outputs)
     assert (tmp_path / "results.json").exists()
+
+
+def test_committed_notebook_shows_its_table_and_plot_and_defaults_to_an_offline_benchmark():
+    """It reads on GitHub without running: committed with the outputs of its default configuration."""
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    [parameters] = [cell for cell in notebook.cells if "parameters" in cell.metadata.get("tags", [])]
+    assert 'BENCHMARK = "digits_class"' in parameters.source  # needs no data folder
+    outputs = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs]
+    assert not [output for output in outputs if output.output_type in ("error", "stream")]  # no tracebacks, no noise
+    assert any("| CoLoR | 1 |" in output.get("data", {}).get("text/markdown", "") for output in outputs)
+    assert any("image/png" in output.get("data", {}) for output in outputs)
