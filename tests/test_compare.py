@@ -102,6 +102,16 @@ def test_runner_logs_each_run_to_its_own_offline_wandb_run(tiny_backbone, tmp_pa
         assert exit_code(run_file) == 0
 
 
+def test_wandb_keeps_each_runs_history_and_summary_out_of_the_terminal(tiny_backbone, tmp_path, offline_wandb,
+                                                                        monkeypatch, capfd):
+    monkeypatch.delenv("WANDB_SILENT")  # as a user runs it
+    config = tiny_config(tiny_backbone, tmp_path, methods=("CoLoR",), loggers=(), wandb_project="avalanche-color-test")
+    run_comparison(config, progress=False)
+    printed = [line for line in "".join(capfd.readouterr()).splitlines() if line.startswith("wandb:")]
+    assert not [line for line in printed if "Run history" in line or "Run summary" in line], printed
+    assert len(printed) <= 4, printed  # where the run is saved, and how to view or sync it
+
+
 @pytest.mark.parametrize("method", ["CoLoR", "CoLoR++", "S-Prompts"])
 def test_per_class_prototypes_reach_the_prototype_routed_methods(method, tiny_backbone):
     from benchmarks.backbones import load_backbone

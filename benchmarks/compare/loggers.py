@@ -28,6 +28,8 @@ def avalanche_loggers(names: tuple[str, ...], folder: Path, stack: ExitStack, ap
 def wandb_logger(config: ComparisonConfig, label: str, method: str, seed: int, rank: int, k: int, out: Path):
     if config.wandb_project is None:
         return None
+    import wandb
+
     from avalanche_color import WandBLogger
     folder = out / "wandb"
     folder.mkdir(parents=True, exist_ok=True)
@@ -35,4 +37,7 @@ def wandb_logger(config: ComparisonConfig, label: str, method: str, seed: int, r
     return WandBLogger(project_name=config.wandb_project, run_name=f"{config.benchmark} {label} seed {seed}",
                        dir=str(folder), config=run_config, save_code=False,
                        params={"entity": config.wandb_entity, "group": config.benchmark, "job_type": label,
-                               "reinit": "create_new"})  # one run per (method, seed), even in a notebook
+                               "reinit": "create_new",  # one run per (method, seed), even in a notebook
+                               # where the run is saved, not its history and summary: those are in the
+                               # table the runner prints, and would break up its progress bar per run
+                               "settings": wandb.Settings(quiet=True)})
