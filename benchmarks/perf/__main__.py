@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import copy
 import platform
+import shlex
 import warnings
 from contextlib import nullcontext
 from functools import partial
@@ -240,7 +241,7 @@ def main() -> None:
     machine = (torch.cuda.get_device_name(device) if device.type == "cuda"
                else f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads")
     command = "python -m benchmarks.perf " + " ".join(
-        f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}")
+        f"--{k.replace('_', '-')}" + ("" if v is True else f" {shlex.quote(str(v))}")
         for k, v in vars(args).items() if k != "out" and v != parser.get_default(k))
     rounds_label = f"median (min-max) of {args.rounds} {plural(args.rounds, 'round')}"
     lines = [f"`{command.strip()}`", "",
