@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import timm
 import torch
@@ -64,3 +66,34 @@ def test_offline_backbone_is_committed_and_loads():
 def test_with_head_adds_a_fresh_classifier():
     model = with_head(tiny_timm_vit(0), 7)
     assert model(torch.zeros(1, 3, 16, 16)).shape == (1, 7)
+
+
+def test_the_package_ships_its_small_backbones_and_loads_them_by_name():
+    from avalanche_color.backbones import offline_backbone
+    from benchmarks.backbones import load_backbone
+
+    for name, size in (("digits", 16), ("offline", 32)):
+        vit = offline_backbone(name)
+        assert vit.patch_embed.img_size == (size, size) and vit.num_classes == 0 and not vit.training
+        same = load_backbone(name)  # the runner's name for it reads the same file
+        assert all(torch.equal(a, b) for a, b in zip(vit.state_dict().values(), same.state_dict().values()))
+    with pytest.raises(ValueError, match=r"name must be one of \('offline', 'digits'\), got 'cifar'"):
+        offline_backbone("cifar")
+
+
+@pytest.mark.slow
+def test_an_installed_package_carries_its_backbones(tmp_path):
+    """``pip install`` (here: the wheel it would install) includes the two small ViTs."""
+    import subprocess
+    import sys
+    import zipfile
+
+    repository = Path(__file__).parents[1]
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", str(repository), "--no-deps", "--no-build-isolation",
+                            "-w", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr[-3000:]
+    [wheel] = tmp_path.glob("avalanche_color-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    for file in ("vit_digits_16px.pt", "vit_tinyimagenet100_32px.pt"):
+        assert f"avalanche_color/backbones/{file}" in names
+    assert not [name for name in names if name.startswith("benchmarks/")]

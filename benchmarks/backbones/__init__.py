@@ -3,8 +3,11 @@
     load_backbone("vit_base_patch16_224.augreg_in21k")       # timm, downloads the weights
     load_backbone("path/to/checkpoint.pt")                   # a file written by save_backbone
     load_backbone("path/to/weights.pth", architecture="vit_base_patch16_224")  # a plain state_dict
-    load_backbone("offline")                                 # the committed Tiny-ImageNet-100 ViT
-    load_backbone("digits")                                  # the committed digits ViT (the main job's)
+    load_backbone("offline")                                 # the package's Tiny-ImageNet-100 ViT
+    load_backbone("digits")                                  # the package's digits ViT (the main job's)
+
+The two small ViTs ship with the package (:mod:`avalanche_color.backbones`), so an installed
+``avalanche_color`` has them too; ``pretrain.py`` and ``pretrain_digits.py`` here make them.
 
 Every backbone comes without a classifier head (``num_classes=0``): CoLoR adds its own heads
 and the baselines get theirs from :func:`with_head`. ``data_config`` gives the input size and
@@ -21,31 +24,14 @@ import torch
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from avalanche_color.utils.files import torch_save_atomically
+from avalanche_color.backbones import FILES, backbone_from_checkpoint, is_backbone_checkpoint, save_backbone
 
-OFFLINE_BACKBONE = Path(__file__).parent / "vit_tinyimagenet100_32px.pt"
-DIGITS_BACKBONE = Path(__file__).parent / "vit_digits_16px.pt"
-# The committed backbones by name, with the command that makes each.
+# The small backbones ship with the package (avalanche_color/backbones/); these scripts make them.
+OFFLINE_BACKBONE, DIGITS_BACKBONE = FILES["offline"], FILES["digits"]
 COMMITTED = {"offline": (OFFLINE_BACKBONE, "python -m benchmarks.backbones.pretrain"),
              "digits": (DIGITS_BACKBONE, "python -m benchmarks.backbones.pretrain_digits")}
-CHECKPOINT_FORMAT = 1
-
-
-def save_backbone(model: VisionTransformer, path: Path, *, architecture: str, model_kwargs: dict[str, Any],
-                  extra: dict[str, Any] | None = None) -> None:
-    """Writes a headless timm ViT with what is needed to rebuild it (atomically)."""
-    state = {k: v for k, v in model.state_dict().items() if not k.startswith("head.")}
-    checkpoint = {
-        "format": CHECKPOINT_FORMAT,
-        "architecture": architecture,
-        "model_kwargs": model_kwargs,
-        # The registered architecture's cfg names its own input size; the model may be resized.
-        "pretrained_cfg": {"mean": tuple(model.pretrained_cfg["mean"]), "std": tuple(model.pretrained_cfg["std"]),
-                           "input_size": (model.patch_embed.proj.in_channels, *model.patch_embed.img_size)},
-        "state_dict": state,
-        **(extra or {}),
-    }
-    torch_save_atomically(checkpoint, path)
+__all__ = ["COMMITTED", "DIGITS_BACKBONE", "OFFLINE_BACKBONE", "data_config", "load_backbone", "save_backbone",
+           "with_head"]
 
 
 def load_backbone(spec: str | Path, *, architecture: str | None = None) -> VisionTransformer:
@@ -65,12 +51,8 @@ def load_backbone(spec: str | Path, *, architecture: str | None = None) -> Visio
 
 def _from_file(path: Path, architecture: str | None) -> VisionTransformer:
     checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    if isinstance(checkpoint, dict) and checkpoint.get("format") == CHECKPOINT_FORMAT:
-        model = timm.create_model(checkpoint["architecture"], pretrained=False, num_classes=0,
-                                  **checkpoint["model_kwargs"])
-        model.load_state_dict(checkpoint["state_dict"])
-        model.pretrained_cfg = {**model.pretrained_cfg, **checkpoint["pretrained_cfg"]}
-        return _vit(model, str(path))
+    if is_backbone_checkpoint(checkpoint):
+        return _vit(backbone_from_checkpoint(checkpoint), str(path))
     if architecture is None:
         raise ValueError(f"{str(path)!r} is a plain state_dict: pass architecture= (a timm model name) to build it")
     # timm's own route for local weights: it adapts the head and checks the keys.
