@@ -6,13 +6,15 @@ Where each part of the method lives:
 * ``lora/``: LoRA on the query and value projections of every block (:class:`QKVExperts`).
 * ``experts/``: the frozen ViT with one expert and head per experience, routed
   (:class:`RoutedExpertViT`), and the training template shared by CoLoR and S-Prompts.
-* ``routing/``: k-means prototypes, nearest-prototype routing, the prototype plugin,
+* ``routing/``: k-means prototypes, nearest-prototype routing, the class-level routers
+  (beyond the paper: ridge and Gaussian over (expert, class) pairs), the plugin that fits them,
   mixed-batch segments and the evaluation cache; CoLoR++ (``routing="first_expert"``)
   and the oracle (``routing="oracle"``) are in :meth:`RoutedExpertViT.route`.
 * ``color/``: CoLoR itself: :class:`ExpertViT`, :class:`CoLoR`, :class:`LoRAExpertsPlugin`.
 * ``peers/``: the prompt-based peers, S-Prompts and L2P.
 * ``training/``: checkpoint/resume, data checks, torchrun.
 * ``evaluation/``: the routing-accuracy metric and the W&B logger.
+* ``backbones/``: two small pretrained ViTs for offline use (:func:`~avalanche_color.backbones.offline_backbone`).
 """
 
 import warnings
