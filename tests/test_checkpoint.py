@@ -16,7 +16,7 @@ from avalanche_color import CheckpointError, CheckpointPlugin, read_checkpoint, 
 from avalanche_color.training.checkpoint import read_header
 from checkpointed_run import KILL_IN_EXPERIENCE, run
 from helpers import tiny_color
-from streams import class_stream, tiny_vit
+from streams import class_stream
 
 TESTS = Path(__file__).parent
 

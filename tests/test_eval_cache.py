@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from helpers import tiny_color, train_all
+from helpers import tiny_color
 from streams import class_stream
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 from avalanche.core import SupervisedPlugin
 
-from avalanche_color import CoLoR, ExpertViT, PromptExpertViT, PrototypeRouterPlugin, SPrompts
+from avalanche_color import ExpertViT, PromptExpertViT, PrototypeRouterPlugin, SPrompts
 from avalanche_color.peers.prompts import insert_prompts, prompted_features, prompted_tokens
 from helpers import quiet_evaluator, stream_metric, tiny_color, train_all
 from streams import class_stream, domain_stream, tiny_vit

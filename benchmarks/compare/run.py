@@ -16,7 +16,7 @@ from timm.models.vision_transformer import VisionTransformer
 
 from avalanche_color import train_stream
 from avalanche_color.utils.files import write_atomically
-from benchmarks.backbones import data_config, load_backbone, with_head
+from benchmarks.backbones import data_config, with_head
 from benchmarks.compare.config import ComparisonConfig
 from benchmarks.compare.loggers import avalanche_loggers, wandb_logger
 from benchmarks.compare.methods import (COLOR_ROUTING, JOINT, LORA_METHODS, PROTOTYPE_ROUTED, Budget,
