@@ -93,12 +93,6 @@ class ClassRouter(nn.Module):
             raise RuntimeError("the class router is fitted after the first experience")
         return self.classifier(features)[:, : len(self.pair_experts)]
 
-    def expert_scores(self, features: Tensor, num_experts: int) -> Tensor:
-        """(n, num_experts): each expert's best pair score; -inf for an expert not fitted."""
-        scores = self.pair_scores(features)
-        best = scores.new_full((scores.shape[0], num_experts), float("-inf"))
-        return best.scatter_reduce(1, self.pair_experts.expand(scores.shape[0], -1), scores, "amax")
-
     def forward(self, features: Tensor) -> Tensor:
         """The expert of each feature row's best pair, shape (n,)."""
         return self.pair_experts[self.pair_scores(features).argmax(dim=1)]

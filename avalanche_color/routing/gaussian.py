@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from avalanche_color.routing.samples import check_samples
 from avalanche_color.utils.state import take_stored_shapes
 
 # The covariance is shrunk towards a multiple of the identity: S + SHRINKAGE * trace(S) / d * I.
@@ -51,6 +52,7 @@ class GaussianClassifier(nn.Module):
 
     def add(self, features: Tensor, targets: Tensor) -> None:
         """Add these samples to the accumulated statistics (the classifier is not solved again)."""
+        check_samples(features, targets)
         self.counts, self.sums, self.second_moment = self._with(features, targets)
 
     @torch.no_grad()
@@ -59,9 +61,7 @@ class GaussianClassifier(nn.Module):
 
         Args: as :meth:`~avalanche_color.routing.ridge.RandomFeatureRidge.fit`.
         """
-        if features.shape[0] != targets.shape[0] or features.shape[0] == 0:
-            raise ValueError(f"features and targets must have the same, non-zero length, got "
-                             f"{features.shape[0]} and {targets.shape[0]}")
+        check_samples(features, targets)
         counts, sums, second_moment = self._with(features, targets)
         seen = counts > 0
         means = sums / counts.clamp(min=1)[:, None]
@@ -81,8 +81,6 @@ class GaussianClassifier(nn.Module):
 
     def _with(self, features: Tensor, targets: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """The accumulated statistics with these samples added (nothing stored)."""
-        if targets.numel() and int(targets.min()) < 0:
-            raise ValueError(f"targets must be non-negative, got {int(targets.min())}")
         data = features.detach().to(self.sums.device, torch.float64)
         targets = targets.to(self.sums.device).long()
         count = max(len(self.counts), int(targets.max()) + 1)

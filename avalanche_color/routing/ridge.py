@@ -20,6 +20,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor, nn
 
+from avalanche_color.routing.samples import check_samples
 from avalanche_color.utils.state import take_stored_shapes
 
 # λ / (trace(G) / M) candidates.
@@ -79,6 +80,7 @@ class RandomFeatureRidge(nn.Module):
 
     def add(self, features: Tensor, targets: Tensor) -> None:
         """Add these samples to the accumulated statistics (the readout is not solved again)."""
+        check_samples(features, targets)
         gram, moments = self._with(features, targets)
         self.gram, self.moments = gram, moments
 
@@ -92,9 +94,7 @@ class RandomFeatureRidge(nn.Module):
             keep: add the samples to the accumulated statistics; without it the readout
                 includes them but a later fit does not (:meth:`add` them when they are final).
         """
-        if features.shape[0] != targets.shape[0] or features.shape[0] == 0:
-            raise ValueError(f"features and targets must have the same, non-zero length, got "
-                             f"{features.shape[0]} and {targets.shape[0]}")
+        check_samples(features, targets)
         gram, moments = self._with(features, targets)
         ridge = self.fixed_ridge
         if ridge is None:
@@ -126,8 +126,6 @@ class RandomFeatureRidge(nn.Module):
 
     def _with(self, features: Tensor, targets: Tensor, num_targets: Optional[int] = None) -> tuple[Tensor, Tensor]:
         """The accumulated statistics with these samples added (nothing stored)."""
-        if targets.numel() and int(targets.min()) < 0:
-            raise ValueError(f"targets must be non-negative, got {int(targets.min())}")
         count = max(self.num_targets, self.moments.shape[1], int(targets.max()) + 1, num_targets or 0)
         gram, moments = self.statistics(features.to(self.projection.device), targets.to(self.projection.device), count)
         accumulated = nn.functional.pad(self.moments, (0, count - self.moments.shape[1]))

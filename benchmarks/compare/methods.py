@@ -15,11 +15,11 @@ from avalanche.training import EWC, JointTraining, LwF, Naive, Replay
 from avalanche.training.plugins import EvaluationPlugin
 from avalanche.training.templates import SupervisedTemplate
 from torch import Tensor, nn
-from torch.utils.data import DataLoader
 
 from avalanche_color import L2P, CoLoR, CoLoRConfig, ExpertViT, RoutedExpertViT, SPrompts, routing_accuracy_metrics
 from avalanche_color.training.cosine_schedule import PerExperienceCosine
 from avalanche_color.training.experiences import experience_classes
+from benchmarks.compare.embedding import experience_features
 from benchmarks.compare.ranpac import RanPACModel, RidgeUpdate
 
 # CoLoR's routing options per method name; "CoLoR-oracle" needs a stream with task label = experience.
@@ -264,18 +264,12 @@ class ClassMeanUpdate(SupervisedPlugin):
         super().__init__()
         self.sums: dict[int, Tensor] = {}  # per class: the sum of its normalised features
 
-    @torch.no_grad()
     def after_training_exp(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
         model = strategy.model
-        training = model.training
-        model.eval()
-        loader = DataLoader(strategy.experience.dataset.eval(), batch_size=strategy.train_mb_size, shuffle=False)
-        for x, y, *_ in loader:
-            features = nn.functional.normalize(model.feature_extractor(x.to(strategy.device)), dim=-1)
-            y = y.to(features.device)
+        for features, y in experience_features(strategy, model.feature_extractor):
+            features = nn.functional.normalize(features, dim=-1)
             for label in y.unique().tolist():
                 self.sums[label] = self.sums.get(label, 0) + features[y == label].sum(dim=0)
-        model.train(training)
         model.eval_classifier.replace_class_means_dict(
             {label: nn.functional.normalize(total, dim=0) for label, total in self.sums.items()})
 

@@ -17,9 +17,9 @@ import torch
 from avalanche.core import SupervisedPlugin
 from avalanche.training.templates import SupervisedTemplate
 from torch import Tensor, nn
-from torch.utils.data import DataLoader
 
 from avalanche_color.routing.ridge import RandomFeatureRidge
+from benchmarks.compare.embedding import experience_features
 
 WIDTH = 2048
 SEED = 0
@@ -52,12 +52,7 @@ class RanPACModel(nn.Module):
 class RidgeUpdate(SupervisedPlugin):
     """After each experience: its features (eval transforms) added to the ridge, the readout solved again."""
 
-    @torch.no_grad()
     def after_training_exp(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
         model: RanPACModel = strategy.model
-        features, labels = [], []
-        loader = DataLoader(strategy.experience.dataset.eval(), batch_size=strategy.train_mb_size, shuffle=False)
-        for x, y, *_ in loader:
-            features.append(model.backbone(x.to(strategy.device)))
-            labels.append(y.to(strategy.device))
+        features, labels = zip(*experience_features(strategy, model.backbone))
         model.ridge.fit(torch.cat(features), torch.cat(labels), keep=True)
