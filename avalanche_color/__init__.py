@@ -3,18 +3,24 @@
 Where each part of the method lives:
 
 * ``config``: every option, declared and checked once (:class:`CoLoRConfig`, ...).
-* ``lora/``: LoRA on the query and value projections of every block (:class:`QKVExperts`).
+* ``lora/``: LoRA on the query and value projections of every block (:class:`QKVExperts`) and
+  mixed batches sorted by expert (``segments``).
+* ``routing/``: the routing algorithms: k-means prototypes, nearest-prototype routing, the
+  class-level routers (beyond the paper: ridge and Gaussian over (expert, class) pairs) and the
+  evaluation cache.
 * ``experts/``: the frozen ViT with one expert and head per experience, routed
-  (:class:`RoutedExpertViT`), and the training template shared by CoLoR and S-Prompts.
-* ``routing/``: k-means prototypes, nearest-prototype routing, the class-level routers
-  (beyond the paper: ridge and Gaussian over (expert, class) pairs), the plugin that fits them,
-  mixed-batch segments and the evaluation cache; CoLoR++ (``routing="first_expert"``)
-  and the oracle (``routing="oracle"``) are in :meth:`RoutedExpertViT.route`.
+  (:class:`RoutedExpertViT`; CoLoR++ (``routing="first_expert"``) and the oracle
+  (``routing="oracle"``) are in :meth:`RoutedExpertViT.route`), saved as a folder.
+* ``training/``: the training template shared by CoLoR and S-Prompts, the plugin that fits the
+  routers, checkpoint/resume, data checks, torchrun.
 * ``color/``: CoLoR itself: :class:`ExpertViT`, :class:`CoLoR`, :class:`LoRAExpertsPlugin`.
 * ``peers/``: the prompt-based peers, S-Prompts and L2P.
-* ``training/``: checkpoint/resume, data checks, torchrun.
 * ``evaluation/``: the routing-accuracy metric and the W&B logger.
 * ``backbones/``: two small pretrained ViTs for offline use (:func:`~avalanche_color.backbones.offline_backbone`).
+* ``utils/``: atomic files, random-generator states, digests, what an Avalanche experience says.
+
+Folders import one way, each only from those before it: utils < config, backbones < lora <
+routing < experts < training < color, peers < evaluation (``tests/test_layers.py``).
 """
 
 import warnings
@@ -34,19 +40,20 @@ from avalanche_color.evaluation.routing_accuracy import RoutingAccuracy, routing
 from avalanche_color.evaluation.wandb_logger import WandBLogger
 from avalanche_color.experts.heads import ExpertHead
 from avalanche_color.experts.routed_vit import RoutedExpertViT
-from avalanche_color.experts.template import RoutedExpertsTemplate
 from avalanche_color.lora.qv_experts import QKVExperts, QVLoRA
 from avalanche_color.peers.l2p.model import L2PViT
 from avalanche_color.peers.l2p.prompt_pool import PromptPool
 from avalanche_color.peers.l2p.strategy import L2P
 from avalanche_color.peers.s_prompts.model import PromptExpertViT
 from avalanche_color.peers.s_prompts.strategy import SPrompts
-from avalanche_color.routing.plugin import PrototypeRouterPlugin
 from avalanche_color.routing.prototypes import fit_class_prototypes, fit_prototypes
 from avalanche_color.routing.router import PrototypeRouter
 from avalanche_color.training.checkpoint import CheckpointError, read_checkpoint
 from avalanche_color.training.data_checks import DataChecksPlugin
 from avalanche_color.training.resume import CheckpointPlugin, train_stream
+from avalanche_color.training.router_plugin import PrototypeRouterPlugin
+from avalanche_color.training.template import RoutedExpertsTemplate
+from avalanche_color.version import __version__
 
 __all__ = [
     "CheckpointError",
@@ -83,4 +90,3 @@ __all__ = [
     "routing_accuracy_metrics",
     "train_stream",
 ]
-__version__ = "0.1.0"

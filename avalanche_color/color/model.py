@@ -18,7 +18,7 @@ from avalanche_color.config import LoRAOptions
 from avalanche_color.experts.backbone import check_images, check_vision_transformer
 from avalanche_color.experts.routed_vit import RoutedExpertViT
 from avalanche_color.lora.qv_experts import QKVExperts
-from avalanche_color.routing.segments import ExpertSelection
+from avalanche_color.lora.segments import ExpertSelection
 
 
 class ExpertViT(RoutedExpertViT):

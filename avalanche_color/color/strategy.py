@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from avalanche_color.color.model import ExpertViT
 from avalanche_color.config import CoLoRConfig
-from avalanche_color.experts.template import RoutedExpertsTemplate
+from avalanche_color.training.template import RoutedExpertsTemplate
 
 
 class CoLoR(RoutedExpertsTemplate):

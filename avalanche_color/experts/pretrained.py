@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from avalanche_color.training.checkpoint import backbone_fingerprint, model_extras, restore_model_extras
+from avalanche_color.experts.model_state import backbone_fingerprint, model_extras, restore_model_extras
 from avalanche_color.utils.files import PathLike
+from avalanche_color.version import __version__
 
 if TYPE_CHECKING:
     from avalanche_color.experts.routed_vit import RoutedExpertViT
@@ -40,7 +41,6 @@ def save_pretrained(model: RoutedExpertViT, folder: PathLike) -> Path:
     """Write ``model``'s experts and ``config.json`` into ``folder`` (created if needed)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    from avalanche_color import __version__  # the package's version; a top-level import would be circular
 
     config = {
         "format": FORMAT,

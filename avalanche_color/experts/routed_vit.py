@@ -29,8 +29,8 @@ from avalanche_color.experts.pretrained import from_pretrained, save_pretrained
 from avalanche_color.routing.class_router import ClassRouter
 from avalanche_color.routing.eval_cache import EvalCache, image_keys
 from avalanche_color.routing.router import PrototypeRouter
-from avalanche_color.routing.segments import ExpertSelection, Segments, segments_of
-from avalanche_color.training.experiences import (experience_classes, experience_task_labels,
+from avalanche_color.lora.segments import ExpertSelection, Segments, segments_of
+from avalanche_color.utils.experiences import (experience_classes, experience_task_labels,
                                                   refuse_chunks_without_boundaries)
 from avalanche_color.utils.files import PathLike
 from avalanche_color.utils.state import take_stored_shapes
@@ -97,7 +97,7 @@ class RoutedExpertViT(MultiTaskModule):
 
     def features(self, x: Tensor, experts: ExpertSelection = None) -> Tensor:
         """The pooled features (batch, num_features) with ``experts``: None, one index,
-        or ``Segments`` (:mod:`avalanche_color.routing.segments`) of a batch sorted by expert."""
+        or ``Segments`` (:mod:`avalanche_color.lora.segments`) of a batch sorted by expert."""
         raise NotImplementedError
 
     def _is_backbone_weight(self, key: str) -> bool:

@@ -5,7 +5,7 @@ original linear layer as ``base_layer`` (frozen, shared by every expert) and a
 list of :class:`QVLoRA` experts. Which expert acts is chosen from outside, per
 forward, with :meth:`QKVExperts.select`: none, one for the whole batch, or one
 per contiguous run of samples (a batch sorted by expert, see
-:mod:`avalanche_color.routing.segments`).
+:mod:`avalanche_color.lora.segments`).
 
 Two ways to compute an expert, chosen by whether gradients are needed:
 
@@ -29,7 +29,7 @@ import torch
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
-from avalanche_color.routing.segments import ExpertSelection
+from avalanche_color.lora.segments import ExpertSelection
 
 
 class QVLoRA(nn.Module):

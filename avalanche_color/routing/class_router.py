@@ -6,7 +6,7 @@ the predicted targets are (expert, class) pairs, so the same router serves
 domain-incremental streams, where every experience has every class.
 
 The statistics of an expert are fitted from its experience's routing features and labels
-(by :class:`~avalanche_color.routing.plugin.PrototypeRouterPlugin`, in the same pass as its
+(by :class:`~avalanche_color.training.router_plugin.PrototypeRouterPlugin`, in the same pass as its
 prototypes). Until the expert is finished, its samples are *pending*: they count in the
 classifier but a refit of the same expert (an evaluation during its experience, with
 CoLoR++'s features still changing) replaces them; :meth:`ClassRouter.finish` adds them to the

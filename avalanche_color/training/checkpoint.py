@@ -40,7 +40,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor, nn
 
-from avalanche_color.utils.digests import tensors_digest
+from avalanche_color.experts.model_state import backbone_fingerprint, model_settings
 from avalanche_color.utils.files import PathLike, write_atomically
 
 FORMAT = "avalanche_color.checkpoint"
@@ -62,7 +62,7 @@ class Checkpoint:
         train_epochs: the strategy's epochs per experience when it was saved.
         records: one evaluation record (metric name -> value) per evaluated experience.
         settings: the model's class, rank, alpha, routing, distance and normalisation.
-        backbone: fingerprint of the frozen backbone (see :func:`backbone_fingerprint`).
+        backbone: fingerprint of the frozen backbone (see :func:`~avalanche_color.experts.model_state.backbone_fingerprint`).
         stream_classes: the classes of every training experience of the stream, if known.
         experts: the model's :meth:`~ExpertViT.experts_state_dict`.
         model_extras: Avalanche's bookkeeping on the model (``max_class_label``, ...).
@@ -82,41 +82,6 @@ class Checkpoint:
     optimizer: Optional[dict[str, Any]] = None
     lr_scheduler: Optional[dict[str, Any]] = None
     rng: dict[str, Any] = field(default_factory=dict)
-
-
-# ---------------------------------------------------------------------- model state
-
-
-def model_settings(model: nn.Module) -> dict[str, Any]:
-    """The settings of a routed expert model that decide what its experts' weights mean."""
-    return {"model": type(model).__name__, **model.config.expert_settings()}
-
-
-def backbone_fingerprint(model: nn.Module) -> str:
-    """A digest of the frozen backbone: every non-expert tensor's name, shape, dtype and bytes.
-
-    Experts are only meaningful on the backbone they were trained on; the file
-    keeps this digest instead of a copy of the backbone.
-    """
-    experts = set(model.experts_state_dict())
-    return tensors_digest((name, tensor) for name, tensor in model.state_dict().items() if name not in experts)
-
-
-def model_extras(model: nn.Module) -> dict[str, Any]:
-    """Avalanche's per-model bookkeeping that is not in the state_dict."""
-    extras: dict[str, Any] = {}
-    if hasattr(model, "max_class_label"):
-        extras["max_class_label"] = int(model.max_class_label)
-    if hasattr(model, "known_train_tasks_labels"):
-        extras["known_train_tasks_labels"] = sorted(int(t) for t in model.known_train_tasks_labels)
-    return extras
-
-
-def restore_model_extras(model: nn.Module, extras: dict[str, Any]) -> None:
-    if "max_class_label" in extras:
-        model.max_class_label = extras["max_class_label"]
-    if "known_train_tasks_labels" in extras:
-        model.known_train_tasks_labels = set(extras["known_train_tasks_labels"])
 
 
 # ---------------------------------------------------------------------- file

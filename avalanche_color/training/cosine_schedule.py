@@ -6,7 +6,7 @@ from typing import Optional
 
 from torch.optim.lr_scheduler import CosineAnnealingLR
 
-from avalanche_color.training.experiences import origin_experience
+from avalanche_color.utils.experiences import origin_experience
 
 
 class PerExperienceCosine:

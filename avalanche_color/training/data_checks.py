@@ -31,7 +31,7 @@ from torch.utils.data import DataLoader
 
 from avalanche_color.config import check_positive_int
 from avalanche_color.experts.backbone import check_images
-from avalanche_color.training.experiences import experience_classes
+from avalanche_color.utils.experiences import experience_classes
 from avalanche_color.utils.rng import generators_untouched
 
 if TYPE_CHECKING:

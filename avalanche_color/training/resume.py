@@ -24,9 +24,10 @@ import torch
 from avalanche.core import SupervisedPlugin
 
 from avalanche_color.config import check_positive_int
-from avalanche_color.training.checkpoint import (Checkpoint, CheckpointError, backbone_fingerprint, check_fits,
-                                                 model_extras, model_settings, read_checkpoint, read_header,
-                                                 restore_model_extras, write_checkpoint)
+from avalanche_color.experts.model_state import (backbone_fingerprint, model_extras, model_settings,
+                                                 restore_model_extras)
+from avalanche_color.training.checkpoint import (Checkpoint, CheckpointError, check_fits, read_checkpoint,
+                                                 read_header, write_checkpoint)
 from avalanche_color.utils.files import PathLike
 from avalanche_color.utils.rng import capture_rng, restore_rng
 

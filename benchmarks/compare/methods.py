@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from avalanche_color import L2P, CoLoR, CoLoRConfig, ExpertViT, RoutedExpertViT, SPrompts, routing_accuracy_metrics
 from avalanche_color.training.cosine_schedule import PerExperienceCosine
-from avalanche_color.training.experiences import experience_classes
+from avalanche_color.utils.experiences import experience_classes
 from benchmarks.compare.embedding import experience_features
 from benchmarks.compare.ranpac import RanPACModel, RidgeUpdate
 

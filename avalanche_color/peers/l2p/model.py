@@ -18,7 +18,7 @@ from avalanche_color.config import L2PModelOptions
 from avalanche_color.experts.backbone import check_images, check_vision_transformer
 from avalanche_color.peers.l2p.prompt_pool import PromptPool
 from avalanche_color.peers.prompts import drop_prompts, prompt_outputs, prompt_width, prompted_tokens
-from avalanche_color.training.experiences import experience_classes
+from avalanche_color.utils.experiences import experience_classes
 from avalanche_color.utils.state import take_stored_shapes
 
 

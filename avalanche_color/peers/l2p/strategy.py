@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from avalanche_color.config import L2PConfig
 from avalanche_color.peers.l2p.model import L2PViT
 from avalanche_color.training.configured_strategy import ConfiguredStrategy
-from avalanche_color.training.experiences import continues_experience
+from avalanche_color.utils.experiences import continues_experience
 from avalanche_color.training.plugin_compatibility import L2P_TABLE
 
 

@@ -17,7 +17,7 @@ from avalanche_color.config import PromptOptions
 from avalanche_color.experts.backbone import check_images
 from avalanche_color.experts.routed_vit import RoutedExpertViT
 from avalanche_color.peers.prompts import new_prompts, prompt_width, prompted_features, s_prompts_bound
-from avalanche_color.routing.segments import ExpertSelection, Segments
+from avalanche_color.lora.segments import ExpertSelection, Segments
 
 
 class PromptTokens(nn.Module):

@@ -14,7 +14,7 @@ from avalanche_color.config import PrototypeOptions
 from avalanche_color.experts.routed_vit import RoutedExpertViT
 from avalanche_color.routing.prototypes import fit_class_prototypes, fit_prototypes
 from avalanche_color.training.distributed import gather_features, is_distributed, shard, shared_prototypes
-from avalanche_color.training.experiences import (continues_experience, ends_experience, origin_experience,
+from avalanche_color.utils.experiences import (continues_experience, ends_experience, origin_experience,
                                                   refuse_chunks_without_boundaries)
 from avalanche_color.utils.rng import seeded
 

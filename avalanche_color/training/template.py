@@ -16,12 +16,12 @@ from torch.optim import SGD
 
 from avalanche_color.config import CoLoRConfig, SPromptsConfig
 from avalanche_color.experts.routed_vit import RoutedExpertViT
-from avalanche_color.routing.plugin import PrototypeRouterPlugin
+from avalanche_color.training.router_plugin import PrototypeRouterPlugin
 from avalanche_color.training.configured_strategy import ConfiguredStrategy
 from avalanche_color.training.cosine_schedule import PerExperienceCosine
 from avalanche_color.training.data_checks import DataChecksPlugin
 from avalanche_color.training.distributed import eval_loader, gather_eval_batch, is_distributed, wrap_current_expert
-from avalanche_color.training.experiences import continues_experience
+from avalanche_color.utils.experiences import continues_experience
 from avalanche_color.training.plugin_compatibility import ROUTED_EXPERTS
 
 

@@ -1,0 +1,102 @@
+"""The package's folders import one way: each only from the layers declared before it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import avalanche_color
+
+PACKAGE = Path(avalanche_color.__file__).parent
+# Lowest first. A folder (or top-level module) may import from its own folder and from
+# earlier layers, never from its own layer's other folders or from a later one.
+LAYERS: list[set[str]] = [
+    {"version", "utils"},
+    {"config", "backbones"},
+    {"lora"},
+    {"routing"},
+    {"experts"},
+    {"training"},
+    {"color", "peers"},
+    {"evaluation"},
+]
+RANK = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imported_modules(source: str, module: str, is_package: bool) -> list[tuple[int, str]]:
+    """(line, absolute module name) of every import in ``source``, in functions and
+    ``TYPE_CHECKING`` blocks too; relative imports resolved against ``module``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            name = node.module or ""
+            if node.level:
+                base = module.split(".")
+                base = base if is_package else base[:-1]
+                base = base[:len(base) - (node.level - 1)]
+                name = ".".join([*base, name] if name else base)
+            found.append((node.lineno, name))
+    return found
+
+
+def upward_imports(source: str, module: str, is_package: bool = False) -> list[str]:
+    """The imports of ``module`` (whose code is ``source``) that go against the layer order."""
+    own = module.split(".")[1] if "." in module else None
+    problems = []
+    for line, imported in _imported_modules(source, module, is_package):
+        parts = imported.split(".")
+        if parts[0] != "avalanche_color" or own is None:
+            continue  # another library, or the top-level API, which imports everything
+        target = parts[1] if len(parts) > 1 else None
+        if target == own:
+            continue
+        if target is None or RANK[target] >= RANK[own]:
+            problems.append(f"{module}:{line} imports {imported}")
+    return problems
+
+
+def _package_files() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def test_every_folder_has_a_layer() -> None:
+    parts = {path.relative_to(PACKAGE).parts[0].removesuffix(".py") for path in _package_files()}
+    parts.discard("__init__")
+    assert parts - set(RANK) == set(), "declare the new folder's place in LAYERS"
+
+
+def test_every_import_goes_down() -> None:
+    problems = []
+    for path in _package_files():
+        problems += upward_imports(path.read_text(), _module_name(path), path.name == "__init__.py")
+    assert problems == []
+
+
+@pytest.mark.parametrize("source", [
+    "from avalanche_color.training.template import RoutedExpertsTemplate",  # experts -> training: up
+    "import avalanche_color.routing.router",  # lora -> routing: up
+    "from avalanche_color import __version__",  # the top-level API imports everything
+    "from ..training import checkpoint",  # relative, still up
+    "def late():\n    from avalanche_color.color.model import ExpertViT",  # inside a function
+])
+def test_the_check_sees_an_upward_import(source: str) -> None:
+    # Checked as if it were in the lora folder, below routing, experts and training.
+    assert len(upward_imports(source, "avalanche_color.lora.qv_experts")) == 1
+
+
+def test_the_check_allows_own_folder_and_lower_layers() -> None:
+    source = ("from avalanche_color.lora.segments import Segments\nfrom avalanche_color.config import LoRAOptions\n"
+              "from .segments import segments_of\nimport torch")
+    assert upward_imports(source, "avalanche_color.lora.qv_experts") == []
+    assert upward_imports("from avalanche_color.peers.prompts import new_prompts",
+                          "avalanche_color.color.model") == ["avalanche_color.color.model:1 imports "
+                                                             "avalanche_color.peers.prompts"]
