@@ -6,9 +6,7 @@ disjointness, seeded splits, task labels, what the transforms give, and clear er
 
 from __future__ import annotations
 
-import hashlib
 import io
-import pickle
 import zipfile
 from collections import Counter
 from pathlib import Path
@@ -25,18 +23,13 @@ from benchmarks.streams.offline import PACS_CLASSES, PACS_DOMAINS, load_pacs, pa
 from benchmarks.streams.paper import DOMAINNET_DOMAINS, core50_ni, domainnet, split_cifar100
 from benchmarks.streams.registry import benchmark_spec
 from benchmarks.streams.transforms import vit_transforms
+from paper_data import jpeg, use_md5_sums, write_cifar100, write_core50, write_domainnet
 
 SIZE = 16  # the images' side in the streams (PACS and DomainNet); Tiny-ImageNet uses TINY_SIZE
 TINY_SIZE = 8
 NORM = dict(mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
 PACS_PER_CLASS = {domain: 4 + i for i, domain in enumerate(PACS_DOMAINS)}  # sizes tell domains apart
 TINY_TRAIN, TINY_VAL = 3, 1  # images per class
-
-
-def jpeg(rng: np.random.Generator, height: int = 64, width: int = 64) -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)).save(buffer, "JPEG")
-    return buffer.getvalue()
 
 
 def png_of_class(rng: np.random.Generator, position: int) -> bytes:
@@ -94,17 +87,7 @@ def tiny_imagenet(tmp_path_factory) -> Path:
 def domainnet_root(tmp_path_factory) -> Path:
     """Two domains of the published layout, 3 classes, non-square images; 2 train + 1 test per class."""
     root = tmp_path_factory.mktemp("domainnet")
-    rng = np.random.default_rng(0)
-    for domain in ("clipart", "real"):
-        lines = {"train": [], "test": []}
-        for label, name in enumerate(("aircraft_carrier", "airplane", "alarm_clock")):
-            (root / domain / name).mkdir(parents=True)
-            for i, split in enumerate(("train", "train", "test")):
-                relative = f"{domain}/{name}/{domain}_{label:03d}_{i:06d}.jpg"
-                (root / relative).write_bytes(jpeg(rng, 20, 12))
-                lines[split].append(f"{relative} {label}")
-        for split, listed in lines.items():
-            (root / f"{domain}_{split}.txt").write_text("\n".join(listed) + "\n")
+    write_domainnet(root, ("clipart", "real"))
     return root
 
 
@@ -384,31 +367,9 @@ def _copy_without(root: Path, destination: Path, left_out: str) -> Path:
 
 @pytest.fixture
 def cifar100_root(tmp_path, monkeypatch) -> Path:
-    """``cifar-100-python`` in torchvision's pickled format, 2 train + 1 test images per class.
-
-    torchvision checks the files' md5 sums before reading them; the fake files' sums replace
-    the real ones, so no download is attempted and the real reading code runs.
-    """
-    from torchvision.datasets import CIFAR100
-
-    folder = tmp_path / "cifar-100-python"
-    folder.mkdir()
-    rng = np.random.default_rng(0)
-    sums = {}
-    for name, per_class in (("train", 2), ("test", 1)):
-        labels = [label for label in range(100) for _ in range(per_class)]
-        data = rng.integers(0, 256, (len(labels), 3 * 32 * 32), dtype=np.uint8)
-        sums[name] = _pickle(folder / name, {"data": data, "fine_labels": labels, "coarse_labels": [0] * len(labels)})
-    sums["meta"] = _pickle(folder / "meta", {"fine_label_names": [f"class{i}" for i in range(100)]})
-    monkeypatch.setattr(CIFAR100, "train_list", [["train", sums["train"]]])
-    monkeypatch.setattr(CIFAR100, "test_list", [["test", sums["test"]]])
-    monkeypatch.setattr(CIFAR100, "meta", {**CIFAR100.meta, "md5": sums["meta"]})
+    """``cifar-100-python`` in torchvision's pickled format, 2 train + 1 test images per class."""
+    use_md5_sums(monkeypatch, write_cifar100(tmp_path))
     return tmp_path
-
-
-def _pickle(path: Path, content: dict) -> str:
-    path.write_bytes(pickle.dumps(content))
-    return hashlib.md5(path.read_bytes()).hexdigest()
 
 
 def test_split_cifar100_has_10_experiences_of_10_classes_in_a_seeded_order(cifar100_root):
@@ -439,25 +400,7 @@ def test_split_cifar100_that_cannot_be_downloaded_is_a_clear_error(tmp_path, mon
 @pytest.fixture
 def core50_root(tmp_path) -> Path:
     """CORe50's files for the NI scenario, run 0: 8 training sessions and a test set, 2 images each."""
-    rng = np.random.default_rng(0)
-    lists = tmp_path / "batches_filelists" / "NI_inc" / "run0"
-    lists.mkdir(parents=True)
-    (tmp_path / "NIC_v2_79_cat").mkdir()  # present: Avalanche then skips rewriting category file lists
-    paths, labels, lup = [], [], []
-    for batch in range(9):  # 8 training sessions, then the test set
-        batch_paths = [f"s{batch + 1}/o{obj + 1}/C_{batch + 1:02d}_{obj + 1:02d}_000.png" for obj in range(2)]
-        for path in batch_paths:
-            (tmp_path / "core50_128x128" / path).parent.mkdir(parents=True, exist_ok=True)
-            pixels = rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)
-            Image.fromarray(pixels).save(tmp_path / "core50_128x128" / path)
-        lup.append(list(range(len(paths), len(paths) + 2)))
-        paths += batch_paths
-        labels.append([0, 1])
-        name = "test_filelist.txt" if batch == 8 else f"train_batch_{batch:02d}_filelist.txt"
-        (lists / name).write_text("".join(f"{p} {label}\n" for p, label in zip(batch_paths, (0, 1))))
-    for name, content in (("paths", paths), ("labels", {"ni": [labels]}), ("LUP", {"ni": [lup]}),
-                          ("labels2names", {"ni": [{0: "o1", 1: "o2"}]})):
-        (tmp_path / f"{name}.pkl").write_bytes(pickle.dumps(content))
+    write_core50(tmp_path, objects=2)
     return tmp_path
 
 

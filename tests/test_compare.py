@@ -138,3 +138,40 @@ def test_the_runner_hides_avalanche_deprecations_about_its_own_code_and_no_other
     warnings.showwarning(DeprecationWarning("ours is old"), DeprecationWarning, "train.py", 1)
     warnings.showwarning(UserWarning("avalanche says"), UserWarning, site, 123)
     assert shown == ["ours is old", "avalanche says"]
+
+
+@pytest.mark.parametrize("test_experiences", [1, 2, 3])
+def test_forgetting_is_avalanches_stream_forgetting_also_for_a_test_stream_unlike_the_training_stream(
+        test_experiences):
+    """3 training experiences, the whole test stream evaluated after each (CORe50 has 1 test experience)."""
+    import torch
+    from avalanche.benchmarks import tensors_benchmark
+    from avalanche.evaluation.metrics import accuracy_metrics, forgetting_metrics
+    from avalanche.training import Naive
+    from avalanche.training.plugins import EvaluationPlugin
+
+    from benchmarks.compare.run import PER_EXPERIENCE, evaluate_whole_stream
+
+    generator = torch.Generator().manual_seed(0)
+
+    def data(n):
+        return torch.randn(n, 4, generator=generator), torch.randint(0, 3, (n,), generator=generator)
+
+    benchmark = tensors_benchmark(train_tensors=[data(30) for _ in range(3)],
+                                  test_tensors=[data(40) for _ in range(test_experiences)], task_labels=[0, 0, 0],
+                                  complete_test_set_only=test_experiences == 1)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    strategy = Naive(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.5), train_epochs=3,
+                     criterion=torch.nn.CrossEntropyLoss(),
+                     evaluator=EvaluationPlugin(accuracy_metrics(experience=True), forgetting_metrics(stream=True)))
+    evaluate = evaluate_whole_stream(benchmark)
+    matrix = []
+    for index, experience in enumerate(benchmark.train_stream):
+        strategy.train(experience)
+        metrics = evaluate(strategy, index)
+        row = {int(PER_EXPERIENCE.match(name)["experience"]): value for name, value in metrics.items()
+               if name.startswith("Top1_Acc_Exp")}
+        matrix.append([row[j] for j in range(test_experiences)])
+    assert len({tuple(row) for row in matrix}) > 1  # accuracies change: the forgetting is not trivially 0
+    assert forgetting(matrix) == pytest.approx(metrics["StreamForgetting/eval_phase/test_stream"])

@@ -15,7 +15,7 @@ from avalanche.distributed import DistributedHelper
 
 from avalanche_color.training.distributed import is_distributed
 from benchmarks.compare import runner
-from benchmarks.compare.config import LOGGERS, RESULTS, SCRATCH, ComparisonConfig
+from benchmarks.compare.config import LOGGERS, RESULTS, SCRATCH, ComparisonConfig, methods_allowed
 from benchmarks.compare.methods import METHODS
 from benchmarks.compare.presets import PAPER, PRESETS
 from benchmarks.compare.runner import run_comparison
@@ -25,7 +25,8 @@ from benchmarks.streams.registry import BENCHMARKS
 def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=runner.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--benchmark", required=True, choices=sorted(BENCHMARKS))
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--methods", nargs="+", choices=METHODS,
+                        help="default: every method the benchmark allows (core50: all but CoLoR-oracle)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--baseline-seeds", nargs="+", type=int, help="default: the first of --seeds")
     parser.add_argument("--preset", choices=sorted(PRESETS),
@@ -40,6 +41,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     parser.add_argument("--prototypes-per-class", type=int,
                         help="beyond the paper: k-means centres per class instead of k per experience "
                              "(CoLoR family, S-Prompts; default: off)")
+    parser.add_argument("--ridge-width", type=int, default=ComparisonConfig.ridge_width,
+                        help="random features M of RanPAC and the ridge routers (default: %(default)s)")
     parser.add_argument("--color-lr", type=float, help=f"default: {ComparisonConfig.color_lr}")
     parser.add_argument("--baseline-lr", type=float, default=ComparisonConfig.baseline_lr)
     parser.add_argument("--weight-decay", type=float,
@@ -68,9 +71,10 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
                  color_lr=args.color_lr, weight_decay=args.weight_decay)
     try:
         config = ComparisonConfig.from_preset(
-            args.preset, benchmark=args.benchmark, methods=tuple(args.methods), seeds=tuple(args.seeds),
+            args.preset, benchmark=args.benchmark,
+            methods=tuple(args.methods) if args.methods else methods_allowed(args.benchmark), seeds=tuple(args.seeds),
             baseline_seeds=tuple(args.baseline_seeds) if args.baseline_seeds else None, data=args.data,
-            baseline_lr=args.baseline_lr, prototypes_per_class=args.prototypes_per_class,
+            baseline_lr=args.baseline_lr, prototypes_per_class=args.prototypes_per_class, ridge_width=args.ridge_width,
             train_per_class=args.train_per_class, device=args.device,
             out=(RESULTS if args.publish else SCRATCH) / (args.name or args.benchmark), loggers=tuple(args.loggers),
             wandb_project=args.wandb_project, wandb_entity=args.wandb_entity, resume=args.resume,

@@ -9,7 +9,7 @@ from typing import Any, Optional
 from avalanche_color.config import (Options, check_bool, check_int, check_non_negative, check_positive,
                                     check_positive_int, check_str, each, one_of, option, optional, subset_of,
                                     unchecked)
-from benchmarks.compare.methods import METHODS
+from benchmarks.compare.methods import METHODS, needs_task_labels
 from benchmarks.compare.presets import preset_settings
 from benchmarks.streams.registry import BENCHMARKS
 
@@ -18,6 +18,13 @@ from benchmarks import REPOSITORY
 RESULTS = REPOSITORY / "benchmarks" / "results"  # the committed tables: written only when asked (--publish)
 SCRATCH = REPOSITORY / "runs"  # every other run's output (ignored by git)
 LOGGERS = ("text", "csv", "tensorboard")
+
+
+def methods_allowed(benchmark: str) -> tuple[str, ...]:
+    """The methods ``benchmark`` runs: all but oracle routing where no test experience has a
+    training experience's task label (CORe50's held-out sessions)."""
+    spec = BENCHMARKS[benchmark]
+    return tuple(method for method in METHODS if spec.paired_test_stream or not needs_task_labels(method))
 
 
 def check_path(name: str, value: object) -> None:
@@ -31,7 +38,9 @@ class ComparisonConfig(Options):
     ``runs/<benchmark>`` (a scratch folder git ignores; the committed tables under
     ``benchmarks/results/`` change only when a command names them, see ``--publish``).
 
-    ``weight_decay`` goes to every method's SGD (None: each method's own, see
+    ``ridge_width`` is the random features M of RanPAC and of the ridge routers (their M³ solve
+    after each experience is most of their cost). ``weight_decay`` goes to every method's SGD
+    (None: each method's own, see
     :class:`~benchmarks.compare.methods.Hyperparameters`). ``preset`` names the preset the
     settings came from (:mod:`benchmarks.compare.presets`; :meth:`from_preset` applies one);
     ``preset_settings`` records its values. Every field is checked on construction, as the
@@ -52,6 +61,7 @@ class ComparisonConfig(Options):
     baseline_lr: float = option(0.01, check_positive)
     weight_decay: Optional[float] = option(None, optional(check_non_negative))
     prototypes_per_class: Optional[int] = option(None, optional(check_positive_int))
+    ridge_width: int = option(2048, check_positive_int)
     train_per_class: Optional[int] = option(None, optional(check_positive_int))
     device: str = option("auto", check_str)
     out: Optional[Path] = option(None, optional(check_path))
@@ -83,5 +93,11 @@ class ComparisonConfig(Options):
         return self.out or SCRATCH / self.benchmark
 
     def _check_together(self) -> None:
+        refused = [method for method in self.methods if method not in methods_allowed(self.benchmark)]
+        if refused:
+            raise ValueError(f"methods {refused} cannot run on benchmark {self.benchmark!r}: its test experiences "
+                             "belong to no training experience (core50: one test set of held-out sessions), so "
+                             "there is no task label to route by; "
+                             f"methods must be among {methods_allowed(self.benchmark)}")
         if self.preset is not None:
             object.__setattr__(self, "preset_settings", preset_settings(self.preset, self.benchmark))

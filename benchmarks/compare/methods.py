@@ -87,6 +87,7 @@ class Hyperparameters:
     replay_memory: int = 200
     weight_decay: Optional[float] = None
     prototypes_per_class: Optional[int] = None  # CoLoR and S-Prompts: k-means per class (off: None)
+    ridge_width: int = 2048  # random features M of RanPAC and of the ridge routers (CoLoR-ridge, CoLoR++-ridge)
 
 
 def needs_task_labels(method: str) -> bool:
@@ -119,8 +120,9 @@ def build_strategy(
     decay = {} if hp.weight_decay is None else {"weight_decay": hp.weight_decay}
     prototypes = dict(k=hp.color_k, prototypes_per_class=hp.prototypes_per_class)
     if method in COLOR_ROUTING:
+        ridge = {"router_width": hp.ridge_width} if COLOR_ROUTING[method].get("router") == "ridge" else {}
         return CoLoR(backbone(0), rank=hp.color_rank, lr=hp.color_lr, **COLOR_ROUTING[method],
-                     **prototypes, **decay, **common)
+                     **prototypes, **ridge, **decay, **common)
     if method == "S-Prompts":
         return SPrompts(backbone(0), prompt_length=hp.s_prompts_length, lr=hp.color_lr, **prototypes, **decay,
                         **common)
@@ -134,7 +136,7 @@ def build_strategy(
                             optimizer=torch.optim.SGD(vit.parameters(), lr=hp.baseline_lr),
                             criterion=nn.CrossEntropyLoss(), plugins=[ClassMeanUpdate()], **common)
     if method == "RanPAC":
-        model = RanPACModel(backbone(0), num_classes)
+        model = RanPACModel(backbone(0), num_classes, hp.ridge_width)
         return TrainingFree(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=hp.baseline_lr),
                             criterion=nn.CrossEntropyLoss(), plugins=[RidgeUpdate()], **common)
     if method == "Joint-LoRA":

@@ -8,7 +8,7 @@ import re
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from avalanche.distributed import DistributedHelper
 from avalanche.training.determinism.rng_manager import RNGManager
@@ -53,17 +53,19 @@ def run_method(method: str, label: str, seed: int, rank: int, k: int, benchmark,
             loggers.append(stack.enter_context(wandb))  # finished even if training fails
         strategy = build_strategy(method, lambda classes: with_head(copy.deepcopy(backbone), classes),
                                   spec.num_classes, budget, hp, loggers)
-        count = len(benchmark.train_stream)
+        count = len(benchmark.test_stream)  # the accuracy matrix's columns
         test_sizes = [len(experience.dataset) for experience in benchmark.test_stream]
         wall, cpu = time.perf_counter(), time.process_time()
         # After each experience, evaluated on the experiences seen so far: oracle routing has no
-        # expert for a future task, and after the last one this is the whole test stream.
+        # expert for a future task, and after the last one this is the whole test stream. A test
+        # stream not paired with the training stream (CORe50's one test set) is evaluated whole.
         checkpoint = out / "checkpoints" / f"{name}.ckpt" if method in COLOR_ROUTING and main_process else None
         if method in JOINT:
             records = [train_jointly(strategy, benchmark)]
         else:
             records = train_stream(strategy, benchmark, checkpoint=checkpoint, resume=config.resume,
-                                   every_n_epochs=config.checkpoint_epochs if checkpoint else None)
+                                   every_n_epochs=config.checkpoint_epochs if checkpoint else None,
+                                   evaluate=None if spec.paired_test_stream else evaluate_whole_stream(benchmark))
         # A joint run's matrix is one row (after its one training, every experience): its average
         # accuracy is over the whole test stream, its forgetting 0, and the plot draws it as a level.
         matrix = [_per_experience(metrics, "Top1_Acc_Exp", count) for metrics in records]
@@ -74,8 +76,10 @@ def run_method(method: str, label: str, seed: int, rank: int, k: int, benchmark,
             "accuracy_matrix": matrix,
             "average_accuracy": weighted_mean(matrix[-1], test_sizes),
             "forgetting": forgetting(matrix),
+            # An expert is right for a test sample when it was trained on the training experience
+            # the sample's test experience belongs to; where none does, there is nothing to count.
             "routing_accuracy": (weighted_mean(_per_experience(metrics, "RoutingAcc_Exp", count), test_sizes)
-                                 if method in PROTOTYPE_ROUTED else None),
+                                 if method in PROTOTYPE_ROUTED and spec.paired_test_stream else None),
             "trainable_parameters_per_experience": trainable_parameters_per_experience(strategy),
             "wall_seconds": time.perf_counter() - wall,
             "cpu_seconds": time.process_time() - cpu,
@@ -91,9 +95,17 @@ def run_method(method: str, label: str, seed: int, rank: int, k: int, benchmark,
 def train_jointly(strategy, benchmark) -> dict[str, float]:
     """Train on all experiences at once (JointTraining), then evaluate on the whole test stream."""
     strategy.train(benchmark.train_stream)
-    metrics = strategy.eval(benchmark.test_stream)
-    return {name: value for name, value in metrics.items()
-            if isinstance(value, (int, float)) and not isinstance(value, bool)}
+    return evaluate_whole_stream(benchmark)(strategy, 0)
+
+
+def evaluate_whole_stream(benchmark) -> Callable[[Any, int], dict[str, float]]:
+    """``train_stream``'s evaluation on the whole test stream after every training experience:
+    the numeric metrics of ``strategy.eval(benchmark.test_stream)``."""
+    def evaluate(strategy, index: int) -> dict[str, float]:
+        metrics = strategy.eval(benchmark.test_stream)
+        return {name: value for name, value in metrics.items()
+                if isinstance(value, (int, float)) and not isinstance(value, bool)}
+    return evaluate
 
 
 def _per_experience(metrics: dict[str, float], metric: str, count: int) -> list[Optional[float]]:

@@ -88,7 +88,7 @@ def run_comparison(config: ComparisonConfig, progress: bool = True) -> dict[str,
                 streams[key] = build_stream(spec, config, backbone, seed, key[1])
             hp = Hyperparameters(color_lr=config.color_lr, color_rank=rank, color_k=k, baseline_lr=config.baseline_lr,
                                  weight_decay=config.weight_decay,
-                                 prototypes_per_class=config.prototypes_per_class)
+                                 prototypes_per_class=config.prototypes_per_class, ridge_width=config.ridge_width)
             runs.append(run_method(method, label, seed, rank, k, streams[key], spec, backbone,
                                    Budget(config.epochs, config.batch_size, device), hp, config, out))
             bar.update()

@@ -16,16 +16,30 @@ def weighted_mean(values: Sequence[float], weights: Sequence[int]) -> float:
     return sum(v * w for v, w in zip(values, weights)) / sum(weights)
 
 
-def forgetting(matrix: Sequence[Sequence[float]]) -> float:
-    """Mean drop from just after training on an experience to the end, over all but the last.
+def forgetting(matrix: Sequence[Sequence[Optional[float]]]) -> float:
+    """Avalanche's ``StreamForgetting`` after the last training experience, from the accuracy matrix.
 
-    Avalanche's ``StreamForgetting`` when every evaluation covers the experiences seen so far;
-    computed here because with task labels Avalanche splits its stream metrics per task.
+    ``matrix[i][j]``: accuracy on test experience j after training experience i. Avalanche pairs
+    test experience j with training experience j: its accuracy just after that training is its
+    initial value, and its forgetting is the drop from there to the end; the stream's is the
+    mean over the test experiences that have a training experience before the last (0.0 when
+    none has). With a test experience per training experience this is the usual mean drop over
+    all but the last experience; with CORe50's one test set of held-out sessions it is that
+    set's accuracy after the first session minus its accuracy at the end. Computed here because
+    with task labels Avalanche splits its stream metrics per task.
     """
     last = len(matrix) - 1
-    if last == 0:
+    paired = range(min(last, len(matrix[-1])))
+    if not paired:
         return 0.0
-    return statistics.fmean(matrix[j][j] - matrix[last][j] for j in range(last))
+    drops = []
+    for j in paired:
+        initial, final = matrix[j][j], matrix[last][j]
+        if initial is None or final is None:
+            raise ValueError(f"the accuracy matrix has no accuracy for test experience {j} after training "
+                             f"experience {j} or after the last one; got {matrix!r}")
+        drops.append(initial - final)
+    return statistics.fmean(drops)
 
 
 def by_label(runs: Sequence[Run]) -> dict[str, list[Run]]:

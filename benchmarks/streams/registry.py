@@ -24,6 +24,10 @@ class BenchmarkSpec:
     backbone: str  # the default backbone spec for load_backbone (or "digits")
     build: Callable[..., Any]
     offline: bool  # runs here without a download or a user-given data folder
+    # Test experience i holds the test data of training experience i. False for CORe50 (NI), whose
+    # one test experience holds held-out sessions that belong to no training experience: no task
+    # label to route by (no oracle), no expert that is the right one for a test sample.
+    paired_test_stream: bool = True
 
 
 def _pacs(data, image_size, mean, std, seed, task_labels, train_per_class):
@@ -72,7 +76,8 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {spec.name: spec for spec in (
     BenchmarkSpec("split_tiny_imagenet", "class-incremental", 100, 20, "offline", _split_tiny_imagenet, True),
     BenchmarkSpec("split_cifar100", "class-incremental", 100, 20, "vit_base_patch16_224.augreg_in21k",
                   _split_cifar100, False),
-    BenchmarkSpec("core50", "domain-incremental", 50, 5, "vit_base_patch16_224.augreg_in21k", _core50, False),
+    BenchmarkSpec("core50", "domain-incremental", 50, 5, "vit_base_patch16_224.augreg_in21k", _core50, False,
+                  paired_test_stream=False),
     BenchmarkSpec("domainnet", "domain-incremental", 345, 5, "vit_base_patch16_224.augreg_in21k", _domainnet, False),
     BenchmarkSpec("digits_class", "class-incremental", 10, 4, "digits", _digits("class-incremental"), True),
     BenchmarkSpec("digits_domain", "domain-incremental", 10, 5, "digits", _digits("domain-incremental"), True),
