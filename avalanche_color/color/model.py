@@ -15,7 +15,7 @@ from typing import Any, Optional
 from torch import Tensor, nn
 
 from avalanche_color.config import LoRAOptions
-from avalanche_color.experts.backbone import check_images, check_vision_transformer
+from avalanche_color.experts.backbone import backbone_images, check_vision_transformer
 from avalanche_color.experts.routed_vit import RoutedExpertViT
 from avalanche_color.lora.qv_experts import QKVExperts
 from avalanche_color.lora.segments import ExpertSelection
@@ -82,7 +82,7 @@ class ExpertViT(RoutedExpertViT):
 
         With a mixed batch each layer runs one matmul per expert on its run of samples.
         """
-        check_images(self.backbone, x)
+        x = backbone_images(self.backbone, x)
         with self.selected(experts):
             tokens = self.backbone.forward_features(x)
         return self.backbone.forward_head(tokens, pre_logits=True)

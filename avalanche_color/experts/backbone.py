@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor, nn
 
@@ -45,3 +46,18 @@ def check_images(vit: VisionTransformer, x: Tensor) -> None:
     patch = tuple(embed.patch_size)
     if not getattr(embed, "dynamic_img_pad", False) and (size[0] % patch[0] or size[1] % patch[1]):
         raise ValueError(f"image height and width must be multiples of the patch size {patch}, got {size}")
+
+
+def backbone_dtype(vit: VisionTransformer) -> torch.dtype:
+    """The floating dtype the ViT computes in: that of its patch embedding's weights."""
+    return vit.patch_embed.proj.weight.dtype
+
+
+def backbone_images(vit: VisionTransformer, x: Tensor) -> Tensor:
+    """``x`` checked (:func:`check_images`) and in the backbone's dtype.
+
+    Floating images of another precision (float64 images on a float32 ViT, float32 images
+    on a bfloat16 one) are converted here, the one place images enter the backbone.
+    """
+    check_images(vit, x)
+    return x.to(backbone_dtype(vit))

@@ -142,7 +142,7 @@ class RoutedExpertViT(MultiTaskModule):
             parameter.requires_grad_(False)
             parameter.grad = None
         self._add_expert_modules()
-        self.heads.append(ExpertHead(self.num_features, classes).to(self.device))
+        self.heads.append(ExpertHead(self.num_features, classes).to(self.backbone.patch_embed.proj.weight))
         origin = self.expert_experiences.new_tensor
         self.expert_experiences = torch.cat((self.expert_experiences, origin([experience])))
         self.expert_tasks = torch.cat((self.expert_tasks, origin([task])))

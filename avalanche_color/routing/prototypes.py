@@ -18,7 +18,8 @@ def fit_prototypes(features: Tensor, k: int, *, seed: int = 0, n_init: int = 10)
         n_init: k-means restarts (explicit: scikit-learn's default changed in 1.4).
 
     Returns:
-        (k, d) centres, on the device and in the dtype of ``features``.
+        (k, d) centres, on the device of ``features``, in its dtype or float32 if that is narrower
+        (k-means itself runs in float64; bfloat16 centres would lose most of their precision).
     """
     n = features.shape[0]
     if not 1 <= k <= n:
@@ -26,7 +27,8 @@ def fit_prototypes(features: Tensor, k: int, *, seed: int = 0, n_init: int = 10)
     data = features.detach().to("cpu", torch.float64).numpy()
     kmeans = KMeans(n_clusters=k, random_state=seed, n_init=n_init).fit(data)
     centres = np.asarray(kmeans.cluster_centers_)
-    return torch.from_numpy(centres).to(features.device, features.dtype)
+    dtype = torch.promote_types(features.dtype, torch.float32)
+    return torch.from_numpy(centres).to(features.device, dtype)
 
 
 def fit_class_prototypes(features: Tensor, labels: Tensor, per_class: int, *, seed: int = 0,

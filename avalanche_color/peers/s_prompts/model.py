@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from avalanche_color.config import PromptOptions
-from avalanche_color.experts.backbone import check_images
+from avalanche_color.experts.backbone import backbone_images
 from avalanche_color.experts.routed_vit import RoutedExpertViT
 from avalanche_color.peers.prompts import new_prompts, prompt_width, prompted_features, s_prompts_bound
 from avalanche_color.lora.segments import ExpertSelection, Segments
@@ -63,7 +63,7 @@ class PromptExpertViT(RoutedExpertViT):
 
     def features(self, x: Tensor, experts: ExpertSelection = None) -> Tensor:
         """The pooled ([CLS]) features after the final norm with the experts' prompts."""
-        check_images(self.backbone, x)
+        x = backbone_images(self.backbone, x)
         if experts is None:
             return self.backbone.forward_head(self.backbone.forward_features(x), pre_logits=True)
         return prompted_features(self.backbone, x, self.prompts_of(experts, x.shape[0]))

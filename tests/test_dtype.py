@@ -1,0 +1,89 @@
+"""Backbones in any floating dtype: heads follow the backbone, images are converted to it."""
+
+import pytest
+import torch
+
+from avalanche_color import CoLoR, SPrompts, fit_prototypes
+from avalanche_color.experts.backbone import backbone_images
+from helpers import quiet_evaluator
+from streams import domain_stream, tiny_vit
+
+METHODS = {
+    "color": (CoLoR, dict(rank=4)),
+    "color-gaussian": (CoLoR, dict(rank=4, router="gaussian")),
+    "color-ridge": (CoLoR, dict(rank=4, router="ridge", router_width=64)),
+    "s-prompts": (SPrompts, dict(prompt_length=2)),
+}
+
+
+def trained(method: str, dtype: torch.dtype, benchmark):
+    strategy_class, options = METHODS[method]
+    strategy = strategy_class(tiny_vit(0).to(dtype), k=3, lr=0.05, train_epochs=2, train_mb_size=16,
+                              eval_mb_size=64, evaluator=quiet_evaluator(), **options)
+    for experience in benchmark.train_stream:
+        strategy.train(experience)
+    strategy.eval(benchmark.test_stream)
+    return strategy.model.eval()
+
+
+def labelled_test_images(benchmark) -> tuple[torch.Tensor, torch.Tensor]:
+    """The test images (float32) and the expert each belongs to."""
+    images = [torch.stack([sample[0] for sample in experience.dataset]) for experience in benchmark.test_stream]
+    experts = torch.cat([torch.full((len(batch),), index) for index, batch in enumerate(images)])
+    return torch.cat(images), experts
+
+
+@pytest.fixture(scope="module")
+def benchmark():
+    return domain_stream(num_domains=2)
+
+
+@pytest.fixture(scope="module")
+def float32_routes(benchmark) -> dict[str, torch.Tensor]:
+    images, _ = labelled_test_images(benchmark)
+    models = {method: trained(method, torch.float32, benchmark) for method in METHODS}
+    with torch.no_grad():
+        return {method: model.route(images) for method, model in models.items()}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize("method", list(METHODS))
+def test_backbone_dtype_trains_evaluates_and_routes_as_float32(method, dtype, benchmark, float32_routes, one_thread):
+    model = trained(method, dtype, benchmark)
+    assert {p.dtype for head in model.heads for p in head.parameters()} == {dtype}
+    images, experts = labelled_test_images(benchmark)  # float32 images, converted by the model
+    with torch.no_grad():
+        logits, routes = model(images), model.route(images)
+    assert logits.dtype == dtype
+    # Each sample's routed expert scores its own classes with finite logits (-inf elsewhere).
+    known = torch.stack([torch.isin(torch.arange(model.num_classes), model.heads[e].classes) for e in routes.tolist()])
+    assert bool(logits[known].isfinite().all()) and bool((logits[~known] == float("-inf")).all())
+    # The toy domains are far apart: float32 routes every sample to its own expert, and so does this dtype.
+    assert torch.equal(float32_routes[method], experts)
+    assert torch.equal(routes, float32_routes[method])
+
+
+@pytest.mark.parametrize("image_dtype, backbone_dtype", [(torch.float64, torch.float32),
+                                                         (torch.float32, torch.bfloat16),
+                                                         (torch.float16, torch.float64)])
+def test_images_of_another_floating_dtype_give_the_logits_of_converted_images(image_dtype, backbone_dtype, benchmark,
+                                                                              one_thread):
+    model = trained("color", backbone_dtype, benchmark)
+    images, _ = labelled_test_images(benchmark)
+    images = images.to(image_dtype)
+    with torch.no_grad():
+        assert torch.equal(model(images), model(images.to(backbone_dtype)))
+
+
+def test_integer_images_stay_refused():
+    vit = tiny_vit(0).to(torch.bfloat16)
+    with pytest.raises(ValueError, match="floating-point.*got dtype torch.uint8"):
+        backbone_images(vit, torch.zeros(2, 3, 16, 16, dtype=torch.uint8))
+    assert backbone_images(vit, torch.zeros(2, 3, 16, 16)).dtype == torch.bfloat16
+
+
+def test_prototypes_of_bfloat16_features_are_float32_kmeans_of_them():
+    features = torch.randn(40, 8, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    centres = fit_prototypes(features, 4)
+    assert centres.dtype == torch.float32
+    torch.testing.assert_close(centres, fit_prototypes(features.float(), 4))
