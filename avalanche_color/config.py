@@ -6,6 +6,7 @@ The options are frozen dataclasses, grouped by the part of the method they set:
 * :class:`LoRAOptions` and :class:`PromptOptions`: what an expert is (CoLoR's LoRA
   matrices, S-Prompts' prompt tokens).
 * :class:`PrototypeOptions`: the k-means prototypes fitted after each experience.
+* :class:`LoaderOptions`: how data is loaded (DataLoader worker processes, pinned memory).
 * :class:`TrainingOptions`: the learning rate and the budget (Avalanche's mini-batch
   sizes, epochs and periodic evaluation); :class:`ExpertTrainingOptions` adds SGD's
   settings and the data checks of the routed-expert strategies.
@@ -277,6 +278,37 @@ class PrototypeOptions(Options):
 
 
 @dataclass(frozen=True, kw_only=True)
+class LoaderOptions(Options):
+    """How every loader of a strategy (training, prototype fitting, data scan, evaluation) loads data.
+
+    The names and meanings are those of ``torch.utils.data.DataLoader`` and of Avalanche's
+    ``strategy.train(experience, num_workers=...)``; keywords given to ``train`` or ``eval``
+    replace these for that call.
+
+    Attributes:
+        num_workers: worker processes that load and transform batches while the model computes
+            (0: in the training process). With random transforms, the worker count changes
+            which random draws each sample gets, as in PyTorch.
+        pin_memory: page-locked batches for faster copies to a GPU; None: when the device is CUDA.
+        persistent_workers: keep the workers between epochs (needs ``num_workers`` >= 1).
+    """
+
+    num_workers: int = option(0, check_non_negative_int)
+    pin_memory: Optional[bool] = option(None, optional(check_bool))
+    persistent_workers: bool = option(False, check_bool)
+
+    def _check_together(self) -> None:
+        super()._check_together()
+        if self.persistent_workers and self.num_workers == 0:
+            raise ValueError("persistent_workers=True keeps worker processes, so it needs num_workers >= 1, "
+                             "got num_workers=0")
+
+    def loader_options(self) -> dict[str, Any]:
+        """These options as keywords of Avalanche's ``train``/``eval`` and of a ``DataLoader``."""
+        return {name: getattr(self, name) for name in LoaderOptions.names()}
+
+
+@dataclass(frozen=True, kw_only=True)
 class TrainingOptions(Options):
     """The learning rate and the budget.
 
@@ -309,13 +341,13 @@ class ExpertTrainingOptions(TrainingOptions):
 
 
 @dataclass(frozen=True, kw_only=True)
-class CoLoRConfig(LoRAOptions, PrototypeOptions, ExpertTrainingOptions):
+class CoLoRConfig(LoaderOptions, LoRAOptions, PrototypeOptions, ExpertTrainingOptions):
     """CoLoR's options; the defaults are the paper's (rank 64, batch 128, 50 epochs,
     lr 1e-3, weight decay 2e-4, SGD with momentum 0.9, cosine schedule)."""
 
 
 @dataclass(frozen=True, kw_only=True)
-class SPromptsConfig(PromptOptions, PrototypeOptions, ExpertTrainingOptions):
+class SPromptsConfig(LoaderOptions, PromptOptions, PrototypeOptions, ExpertTrainingOptions):
     """S-Prompts' options; defaults from its published configs (prompt length 10, lr 0.01)."""
 
     lr: float = option(0.01, check_positive)
@@ -348,7 +380,7 @@ class L2PModelOptions(Options):
 
 
 @dataclass(frozen=True, kw_only=True)
-class L2PConfig(L2PModelOptions, TrainingOptions):
+class L2PConfig(LoaderOptions, L2PModelOptions, TrainingOptions):
     """L2P's options; defaults from the L2P paper (Split CIFAR-100): Adam, constant lr 0.03,
     batch 128, 5 epochs; the surrogate weight 0.1 is its code's ``pull_constraint_coeff``.
 

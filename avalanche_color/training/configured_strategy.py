@@ -21,7 +21,8 @@ from avalanche.training.plugins.evaluation import default_evaluator
 from avalanche.training.templates import SupervisedTemplate
 from torch import nn
 
-from avalanche_color.config import Options
+from avalanche_color.config import LoaderOptions, Options
+from avalanche_color.training.loaders import loader_options
 from avalanche_color.training.plugin_compatibility import refuse_incompatible_plugins
 
 
@@ -116,6 +117,21 @@ class ConfiguredStrategy(SupervisedTemplate):
                 f"{', '.join(self.config_class.names())} (see {self.config_class.__name__}), and Avalanche's "
                 f"SupervisedTemplate keywords"
             )
+
+    def train(self, experiences: Any, eval_streams: Optional[Sequence[Any]] = None, **kwargs: Any) -> Any:
+        """Avalanche's ``train``; the config's loader options (``num_workers``, ...) apply unless given here."""
+        return super().train(experiences, eval_streams, **self._with_loader_options(kwargs))
+
+    def eval(self, exp_list: Any, **kwargs: Any) -> Any:
+        """Avalanche's ``eval``; the config's loader options (``num_workers``, ...) apply unless given here."""
+        return super().eval(exp_list, **self._with_loader_options(kwargs))
+
+    def _with_loader_options(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        # Avalanche hands these keywords to its loaders and to every plugin callback (prototype
+        # fitting, the data scan), so one value reaches every loader of the call.
+        if not isinstance(self.config, LoaderOptions):
+            return kwargs
+        return {**kwargs, **loader_options(kwargs, self.config).loader_options()}
 
     def first_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         raise NotImplementedError

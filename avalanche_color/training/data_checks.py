@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any, Optional
 import torch
 from avalanche.core import SupervisedPlugin
 from torch import Tensor
-from torch.utils.data import DataLoader
 
 from avalanche_color.config import check_positive_int
 from avalanche_color.experts.backbone import check_images
+from avalanche_color.training.loaders import data_loader, loader_options
 from avalanche_color.utils.experiences import experience_classes
 from avalanche_color.utils.rng import generators_untouched
 
@@ -38,15 +38,17 @@ if TYPE_CHECKING:
     from avalanche.training.templates import SupervisedTemplate
 
 
-def check_training_experience(experience: Any, vit: Any, batch_size: int = 256) -> None:
+def check_training_experience(experience: Any, vit: Any, batch_size: int = 256, num_workers: int = 0) -> None:
     """Refuse an experience CoLoR cannot learn from, naming the first bad sample.
 
     Args:
         experience: an Avalanche training experience.
         vit: the timm ViT the images go to (its patch embedding says what it takes).
         batch_size: samples loaded at a time by the scan.
+        num_workers: worker processes loading them (0: this process).
     """
     check_positive_int("batch_size", batch_size)
+    options = loader_options({"num_workers": num_workers})
     experience_id = experience.current_experience
     dataset = experience.dataset.train()
     if len(dataset) == 0:
@@ -61,7 +63,7 @@ def check_training_experience(experience: Any, vit: Any, batch_size: int = 256) 
     checked_shape = None
     index = 0
     with generators_untouched():
-        for samples in DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=list):
+        for samples in data_loader(dataset, options, torch.device("cpu"), batch_size=batch_size, collate_fn=list):
             for sample in samples:
                 image, label = torch.as_tensor(sample[0]), torch.as_tensor(sample[1])
                 where = f"experience {experience_id}, sample {index}"
@@ -140,7 +142,8 @@ class DataChecksPlugin(SupervisedPlugin, supports_distributed=True):
                 raise ValueError(f"experience {experience.current_experience} has no training samples")
             return
         vit = getattr(strategy.model, "backbone", strategy.model)
-        check_training_experience(experience, vit, strategy.eval_mb_size or strategy.train_mb_size)
+        check_training_experience(experience, vit, strategy.eval_mb_size or strategy.train_mb_size,
+                                  loader_options(kwargs).num_workers)
 
     def before_backward(self, strategy: "SupervisedTemplate", **kwargs: Any) -> None:
         clock = strategy.clock

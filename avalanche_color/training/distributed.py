@@ -34,6 +34,9 @@ from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
+from avalanche_color.config import LoaderOptions
+from avalanche_color.training.loaders import data_loader
+
 if TYPE_CHECKING:
     from avalanche.training.templates import SupervisedTemplate
 
@@ -66,12 +69,13 @@ def eval_batches(num_samples: int, batch_size: int, rank: int, world_size: int) 
     return [chunk.tolist() for chunk in indices.tensor_split(count)]
 
 
-def eval_loader(dataset: Any, batch_size: int, num_workers: int = 0) -> DataLoader:
-    """A loader over this rank's evaluation shard (see :func:`eval_batches`)."""
-    options: dict[str, Any] = {}
-    collate_from_data_or_kwargs(dataset, options)
+def eval_loader(dataset: Any, batch_size: int, options: Optional[LoaderOptions] = None,
+                device: torch.device = torch.device("cpu")) -> DataLoader:
+    """A loader over this rank's evaluation shard (see :func:`eval_batches`), with the loader ``options``."""
+    collate: dict[str, Any] = {}
+    collate_from_data_or_kwargs(dataset, collate)
     batches = eval_batches(len(dataset), batch_size, DistributedHelper.rank, DistributedHelper.world_size)
-    return DataLoader(dataset, batch_sampler=batches, num_workers=num_workers, **options)
+    return data_loader(dataset, options or LoaderOptions(), device, batch_sampler=batches, **collate)
 
 
 def wrap_current_expert(model: nn.Module) -> Optional[DistributedDataParallel]:

@@ -8,12 +8,13 @@ import torch
 from avalanche.benchmarks.utils import concat_datasets
 from avalanche.core import SupervisedPlugin
 from avalanche.distributed import DistributedHelper
-from torch.utils.data import DataLoader, Subset
+from torch.utils.data import Subset
 
 from avalanche_color.config import PrototypeOptions
 from avalanche_color.experts.routed_vit import RoutedExpertViT
 from avalanche_color.routing.prototypes import fit_class_prototypes, fit_prototypes
 from avalanche_color.training.distributed import gather_features, is_distributed, shard, shared_prototypes
+from avalanche_color.training.loaders import data_loader, loader_options
 from avalanche_color.utils.experiences import (continues_experience, ends_experience, origin_experience,
                                                   refuse_chunks_without_boundaries)
 from avalanche_color.utils.rng import seeded
@@ -44,7 +45,8 @@ class PrototypeRouterPlugin(SupervisedPlugin, supports_distributed=True):
     keywords: ``k``, ``kmeans_seed``, ``kmeans_n_init``, ``prototype_data``
     (``"train"`` embeds the training data as the training loader transforms it, as
     S-Prompts does; ``"eval"`` with the eval transforms), ``prototype_batch_size``
-    (default: the strategy's eval mini-batch size) and ``prototypes_per_class``.
+    (default: the strategy's eval mini-batch size) and ``prototypes_per_class``. The embedding
+    pass loads data with the loader options of the strategy's ``train``/``eval`` call (``num_workers``, ...).
     """
 
     def __init__(self, config: Optional[PrototypeOptions] = None, /, **options: Any) -> None:
@@ -78,7 +80,7 @@ class PrototypeRouterPlugin(SupervisedPlugin, supports_distributed=True):
         model, experience = _routed(strategy.model), self._training
         expert = None if experience is None else model.current_expert(experience.current_experience)
         if expert is not None and not self._fitted_for_good(model, expert):
-            self._fit(strategy, expert)
+            self._fit(strategy, expert, kwargs)
 
     def after_training_exp(self, strategy: "SupervisedTemplate", **kwargs: Any) -> None:
         model, experience = _routed(strategy.model), self._training
@@ -87,7 +89,7 @@ class PrototypeRouterPlugin(SupervisedPlugin, supports_distributed=True):
             return  # the expert learns the next chunk of its experience first
         self._training = None
         if not self._fitted_for_good(model, expert):
-            self._fit(strategy, expert)
+            self._fit(strategy, expert, kwargs)
         model.finish_expert(expert)
 
     def _fitted_for_good(self, model: RoutedExpertViT, expert: int) -> bool:
@@ -101,7 +103,9 @@ class PrototypeRouterPlugin(SupervisedPlugin, supports_distributed=True):
                 and self._fitted_chunks == len(self._chunks))
 
     @torch.no_grad()
-    def _fit(self, strategy: "SupervisedTemplate", expert: int) -> None:
+    def _fit(self, strategy: "SupervisedTemplate", expert: int, call_options: dict[str, Any]) -> None:
+        """Fit ``expert``'s prototypes; ``call_options``: the keywords of the strategy's ``train``/``eval``
+        call (its ``num_workers``, ``pin_memory`` and ``persistent_workers`` set the loader)."""
         model, config = strategy.model, self.config
         self._fitted_chunks = len(self._chunks)
         dataset = self._chunks[0] if len(self._chunks) == 1 else concat_datasets(self._chunks)
@@ -114,7 +118,8 @@ class PrototypeRouterPlugin(SupervisedPlugin, supports_distributed=True):
         features, labels = [], []
         # Seeded, and the run's generators untouched: the same prototypes whenever they are fitted.
         with seeded(config.kmeans_seed):
-            for batch in DataLoader(dataset, batch_size=batch_size, shuffle=False):
+            loader = data_loader(dataset, loader_options(call_options), strategy.device, batch_size=batch_size)
+            for batch in loader:
                 features.append(model.routing_features(batch[0].to(strategy.device)))
                 labels.append(torch.as_tensor(batch[1], device=strategy.device))
         model.train(was_training)

@@ -21,6 +21,7 @@ from avalanche_color.training.configured_strategy import ConfiguredStrategy
 from avalanche_color.training.cosine_schedule import PerExperienceCosine
 from avalanche_color.training.data_checks import DataChecksPlugin
 from avalanche_color.training.distributed import eval_loader, gather_eval_batch, is_distributed, wrap_current_expert
+from avalanche_color.training.loaders import loader_options
 from avalanche_color.utils.experiences import continues_experience
 from avalanche_color.training.plugin_compatibility import ROUTED_EXPERTS
 
@@ -63,12 +64,12 @@ class RoutedExpertsTemplate(PerExperienceCosine, ConfiguredStrategy):
             return self.ddp_model(self.mb_x, self.mb_task_id)
         return super().forward()
 
-    def make_eval_dataloader(self, num_workers: int = 0, **kwargs: Any) -> None:
+    def make_eval_dataloader(self, **kwargs: Any) -> None:
         # Under torchrun each rank evaluates an unpadded shard (Avalanche's sampler pads).
         if is_distributed():
-            self.dataloader = eval_loader(self.adapted_dataset, self.eval_mb_size, num_workers)
+            self.dataloader = eval_loader(self.adapted_dataset, self.eval_mb_size, loader_options(kwargs), self.device)
         else:
-            super().make_eval_dataloader(num_workers=num_workers, **kwargs)
+            super().make_eval_dataloader(**kwargs)
 
     def _after_eval_forward(self, **kwargs: Any) -> None:
         # First of all plugins: metrics then see the batches of all ranks.

@@ -15,7 +15,7 @@ from avalanche.distributed import DistributedHelper
 
 from avalanche_color.training.distributed import is_distributed
 from benchmarks.compare import runner
-from benchmarks.compare.config import LOGGERS, RESULTS, SCRATCH, ComparisonConfig, methods_allowed
+from benchmarks.compare.config import LOGGERS, NORMALISATIONS, RESULTS, SCRATCH, ComparisonConfig
 from benchmarks.compare.methods import METHODS
 from benchmarks.compare.presets import PAPER, PRESETS
 from benchmarks.compare.runner import run_comparison
@@ -31,7 +31,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     parser.add_argument("--baseline-seeds", nargs="+", type=int, help="default: the first of --seeds")
     parser.add_argument("--preset", choices=sorted(PRESETS),
                         help="named settings for the benchmark (paper: the paper's rank, k, batch, epochs, lr, "
-                             f"weight decay and backbone, for {', '.join(sorted(PAPER))}); flags given override it")
+                             f"weight decay, backbone and normalisation, for {', '.join(sorted(PAPER))}); "
+                             "flags given override it")
     parser.add_argument("--epochs", type=int, help=f"default: {ComparisonConfig.epochs}")
     parser.add_argument("--batch-size", type=int, help=f"default: {ComparisonConfig.batch_size}")
     parser.add_argument("--backbone", help="timm name, checkpoint file, 'offline' or 'digits' (default: the benchmark's)")
@@ -41,6 +42,9 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     parser.add_argument("--prototypes-per-class", type=int,
                         help="beyond the paper: k-means centres per class instead of k per experience "
                              "(CoLoR family, S-Prompts; default: off)")
+    parser.add_argument("--normalisation", choices=NORMALISATIONS,
+                        help="the images' mean and std: the backbone's own or ImageNet's (default: the backbone's; "
+                             "--preset paper: ImageNet's, as S-Prompts' code)")
     parser.add_argument("--ridge-width", type=int, default=ComparisonConfig.ridge_width,
                         help="random features M of RanPAC and the ridge routers (default: %(default)s)")
     parser.add_argument("--color-lr", type=float, help=f"default: {ComparisonConfig.color_lr}")
@@ -49,6 +53,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
                         help="for every method's SGD (default: each method's own: CoLoR 2e-4, fine-tuning 0)")
     parser.add_argument("--train-per-class", type=int, help="subsample the training data (split_tiny_imagenet)")
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--workers", type=int, default=ComparisonConfig.workers,
+                        help="DataLoader workers of CoLoR, S-Prompts and L2P (default: 0, loading in this process)")
     parser.add_argument("--name", help="output folder under runs/ (default: the benchmark)")
     parser.add_argument("--publish", action="store_true",
                         help="write under benchmarks/results/ (the committed results the README's tables come "
@@ -68,14 +74,14 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     # The settings a preset may give: only those given on the command line go over the preset's.
     given = dict(epochs=args.epochs, batch_size=args.batch_size, backbone=args.backbone,
                  ranks=tuple(args.rank) if args.rank else None, ks=tuple(args.k) if args.k else None,
-                 color_lr=args.color_lr, weight_decay=args.weight_decay)
+                 color_lr=args.color_lr, weight_decay=args.weight_decay, normalisation=args.normalisation)
     try:
         config = ComparisonConfig.from_preset(
             args.preset, benchmark=args.benchmark,
-            methods=tuple(args.methods) if args.methods else methods_allowed(args.benchmark), seeds=tuple(args.seeds),
+            methods=tuple(args.methods) if args.methods else None, seeds=tuple(args.seeds),
             baseline_seeds=tuple(args.baseline_seeds) if args.baseline_seeds else None, data=args.data,
             baseline_lr=args.baseline_lr, prototypes_per_class=args.prototypes_per_class, ridge_width=args.ridge_width,
-            train_per_class=args.train_per_class, device=args.device,
+            train_per_class=args.train_per_class, device=args.device, workers=args.workers,
             out=(RESULTS if args.publish else SCRATCH) / (args.name or args.benchmark), loggers=tuple(args.loggers),
             wandb_project=args.wandb_project, wandb_entity=args.wandb_entity, resume=args.resume,
             checkpoint_epochs=args.checkpoint_epochs, command=command,

@@ -6,7 +6,8 @@ from dataclasses import MISSING, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from avalanche_color.config import (Options, check_bool, check_int, check_non_negative, check_positive,
+from avalanche_color.config import (Options, check_bool, check_int, check_non_negative, check_non_negative_int,
+                                    check_positive,
                                     check_positive_int, check_str, each, one_of, option, optional, subset_of,
                                     unchecked)
 from benchmarks.compare.methods import METHODS, needs_task_labels
@@ -18,6 +19,9 @@ from benchmarks import REPOSITORY
 RESULTS = REPOSITORY / "benchmarks" / "results"  # the committed tables: written only when asked (--publish)
 SCRATCH = REPOSITORY / "runs"  # every other run's output (ignored by git)
 LOGGERS = ("text", "csv", "tensorboard")
+# The images' mean and std: the backbone's own (timm's pretrained_cfg), or ImageNet's, as
+# S-Prompts' code normalises (and so the paper's presets, see benchmarks.compare.presets).
+NORMALISATIONS = ("backbone", "imagenet")
 
 
 def methods_allowed(benchmark: str) -> tuple[str, ...]:
@@ -34,21 +38,24 @@ def check_path(name: str, value: object) -> None:
 
 @dataclass(frozen=True)
 class ComparisonConfig(Options):
-    """One comparison. ``backbone`` and ``ks`` default to the benchmark's; ``out`` to
+    """One comparison. ``methods``, ``backbone`` and ``ks`` default to the benchmark's (``methods``:
+    every method it allows, :func:`methods_allowed`); ``out`` to
     ``runs/<benchmark>`` (a scratch folder git ignores; the committed tables under
     ``benchmarks/results/`` change only when a command names them, see ``--publish``).
 
     ``ridge_width`` is the random features M of RanPAC and of the ridge routers (their M³ solve
-    after each experience is most of their cost). ``weight_decay`` goes to every method's SGD
+    after each experience is most of their cost). ``normalisation``: the images' mean and std,
+    the backbone's own or ImageNet's (:data:`NORMALISATIONS`). ``weight_decay`` goes to every method's SGD
     (None: each method's own, see
     :class:`~benchmarks.compare.methods.Hyperparameters`). ``preset`` names the preset the
     settings came from (:mod:`benchmarks.compare.presets`; :meth:`from_preset` applies one);
     ``preset_settings`` records its values. Every field is checked on construction, as the
-    strategies' options are (:mod:`avalanche_color.config`).
+    strategies' options are (:mod:`avalanche_color.config`). ``workers``: DataLoader worker processes
+    of CoLoR, S-Prompts and L2P (training, prototype fitting, evaluation; persistent when > 0).
     """
 
     benchmark: str = option(MISSING, one_of(sorted(BENCHMARKS)))
-    methods: tuple[str, ...] = option(METHODS, subset_of(METHODS))
+    methods: Optional[tuple[str, ...]] = option(None, optional(subset_of(METHODS)))
     seeds: tuple[int, ...] = option((0,), each(check_int))
     baseline_seeds: Optional[tuple[int, ...]] = option(None, optional(each(check_int)))
     epochs: int = option(5, check_positive_int)
@@ -62,6 +69,8 @@ class ComparisonConfig(Options):
     weight_decay: Optional[float] = option(None, optional(check_non_negative))
     prototypes_per_class: Optional[int] = option(None, optional(check_positive_int))
     ridge_width: int = option(2048, check_positive_int)
+    workers: int = option(0, check_non_negative_int)
+    normalisation: str = option("backbone", one_of(NORMALISATIONS))
     train_per_class: Optional[int] = option(None, optional(check_positive_int))
     device: str = option("auto", check_str)
     out: Optional[Path] = option(None, optional(check_path))
@@ -93,6 +102,8 @@ class ComparisonConfig(Options):
         return self.out or SCRATCH / self.benchmark
 
     def _check_together(self) -> None:
+        if self.methods is None:
+            object.__setattr__(self, "methods", methods_allowed(self.benchmark))
         refused = [method for method in self.methods if method not in methods_allowed(self.benchmark)]
         if refused:
             raise ValueError(f"methods {refused} cannot run on benchmark {self.benchmark!r}: its test experiences "
