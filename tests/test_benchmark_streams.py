@@ -16,13 +16,14 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from torchvision.transforms import v2
 
 import benchmarks.streams.archives
 import benchmarks.streams.offline
 from benchmarks.streams.offline import PACS_CLASSES, PACS_DOMAINS, load_pacs, pacs, split_tiny_imagenet
 from benchmarks.streams.paper import DOMAINNET_DOMAINS, core50_ni, domainnet, split_cifar100
 from benchmarks.streams.registry import benchmark_spec
-from benchmarks.streams.transforms import vit_transforms
+from benchmarks.streams.transforms import paper_transforms, vit_transforms
 from paper_data import jpeg, use_md5_sums, write_cifar100, write_core50, write_domainnet
 
 SIZE = 16  # the images' side in the streams (PACS and DomainNet); Tiny-ImageNet uses TINY_SIZE
@@ -124,14 +125,33 @@ def test_train_transform_is_random_with_the_same_shape_and_both_resize_other_siz
     assert evaluate(image).shape == (3, SIZE, SIZE) and torch.equal(evaluate(image), evaluate(image))
 
 
+@pytest.mark.parametrize("transforms", [vit_transforms, paper_transforms])
 @pytest.mark.parametrize("arguments, message", [
     ((0, (0.5,) * 3, (0.5,) * 3), "image_size must be a positive int, got 0"),
     ((SIZE, (0.5, 0.5), (0.5,) * 3), r"mean must be 3 numbers .*got \(0.5, 0.5\)"),
     ((SIZE, (0.5,) * 3, (0.5, 0.0, 0.5)), "std must be positive"),
 ])
-def test_transforms_refuse_bad_arguments(arguments, message):
+def test_transforms_refuse_bad_arguments(transforms, arguments, message):
     with pytest.raises(ValueError, match=message):
-        vit_transforms(*arguments)
+        transforms(*arguments)
+
+
+def test_paper_transforms_are_s_prompts_random_resized_crop_and_flip_then_resize_256_and_centre_crop_224():
+    train, evaluate = paper_transforms(224, **NORM)
+    steps = {type(step).__name__: step for step in train.transforms}
+    assert list(steps)[1:3] == ["RandomResizedCrop", "RandomHorizontalFlip"]
+    assert steps["RandomResizedCrop"].size == (224, 224) and steps["RandomResizedCrop"].scale == (0.08, 1.0)
+    resize, crop = evaluate.transforms[1:3]
+    assert (type(resize).__name__, resize.size, type(crop).__name__, crop.size) == ("Resize", [256], "CenterCrop",
+                                                                                     (224, 224))
+    image = Image.fromarray(np.random.default_rng(0).integers(0, 256, (300, 400, 3), dtype=np.uint8))
+    expected = v2.functional.center_crop(v2.functional.resize(v2.functional.to_image(image), [256]), [224, 224])
+    torch.testing.assert_close(evaluate(image), (expected.float() / 255 - 0.5) / 0.5)
+    torch.manual_seed(0)
+    draws = [train(image) for _ in range(5)]
+    assert all(d.shape == (3, 224, 224) for d in draws) and len({d.numpy().tobytes() for d in draws}) == 5
+    small_train, small_eval = paper_transforms(32, **NORM)  # scaled alike for a smaller ViT: Resize(37), crop 32
+    assert small_eval.transforms[1].size == [37] and small_eval(image).shape == small_train(image).shape == (3, 32, 32)
 
 
 # --- PACS -----------------------------------------------------------------------------------------
@@ -372,17 +392,21 @@ def cifar100_root(tmp_path, monkeypatch) -> Path:
     return tmp_path
 
 
-def test_split_cifar100_has_10_experiences_of_10_classes_in_a_seeded_order(cifar100_root):
+def test_split_cifar100_has_10_experiences_of_10_contiguous_classes_in_cifar_order(cifar100_root):
     benchmark = split_cifar100(cifar100_root, image_size=SIZE, seed=0, **NORM)
     order = classes(benchmark.train_stream)
-    assert len(order) == len(benchmark.test_stream) == 10 and all(len(c) == 10 for c in order)
-    assert set().union(*order) == set(range(100)) and order == classes(benchmark.test_stream)
+    assert order == [set(range(10 * i, 10 * i + 10)) for i in range(10)]  # the paper's, whatever the seed
+    assert order == classes(benchmark.test_stream) == classes(split_cifar100(cifar100_root, image_size=SIZE, seed=1,
+                                                                              **NORM).train_stream)
     assert [e.task_label for e in benchmark.train_stream] == [0] * 10
     x, y, t = benchmark.train_stream[0].dataset[0]
     assert x.shape == (3, SIZE, SIZE) and x.dtype == torch.float32 and y in order[0]
-    assert classes(split_cifar100(cifar100_root, image_size=SIZE, seed=0, **NORM).train_stream) == order
+    shuffled = classes(split_cifar100(cifar100_root, image_size=SIZE, seed=1, shuffle_classes=True, **NORM)
+                       .train_stream)
+    assert shuffled != order and set().union(*shuffled) == set(range(100)) and all(len(c) == 10 for c in shuffled)
+    assert shuffled == classes(split_cifar100(cifar100_root, image_size=SIZE, seed=1, shuffle_classes=True,
+                                              **NORM).train_stream)
     other = split_cifar100(cifar100_root, image_size=SIZE, seed=1, task_labels=True, **NORM)
-    assert classes(other.train_stream) != order
     assert [e.task_label for e in other.test_stream] == list(range(10))
 
 

@@ -3,6 +3,7 @@ their data sets in the real on-disk formats, with a tiny random ViT (seconds eac
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -125,3 +126,40 @@ def test_an_interrupted_core50_comparison_resumes_to_the_uninterrupted_results(s
         assert run["forgetting"] == pytest.approx(whole["forgetting"])
         assert run["average_accuracy"] == pytest.approx(whole["average_accuracy"])
     assert json.loads((out / "results.json").read_text())["runs"] == json.loads(json.dumps(resumed))
+
+
+@pytest.mark.parametrize("benchmark, lr, epochs, k", [("split_cifar100", 0.01, 50, 20), ("core50", 0.02, 20, 5),
+                                                      ("domainnet", 1e-3, 50, 5)])
+def test_the_paper_preset_trains_and_feeds_colour_as_its_table_says(benchmark, lr, epochs, k, small_backbone,
+                                                                       tmp_path, monkeypatch):
+    from benchmarks.backbones import load_backbone
+    from benchmarks.compare.methods import Budget, Hyperparameters, build_strategy
+    from benchmarks.compare.presets import PAPER_PIPELINE
+    from benchmarks.compare.run import build_stream
+    from benchmarks.streams.registry import benchmark_spec
+
+    data = fake_data(benchmark, tmp_path / "data", monkeypatch)
+    preset = ComparisonConfig.from_preset("paper", benchmark=benchmark, data=data, backbone=small_backbone)
+    assert (preset.color_lr, preset.epochs, preset.ks, preset.ranks, preset.batch_size, preset.weight_decay) == (
+        lr, epochs, (k,), (64,), 128, 2e-4)
+    table = {setting: value for setting, value, _ in PAPER_PIPELINE}
+    assert "SGD, momentum 0.9" == table["optimiser"] and "2e-4" == table["weight decay"]
+    hp = Hyperparameters(color_lr=preset.color_lr, color_rank=64, color_k=k, weight_decay=preset.weight_decay)
+    strategy = build_strategy("CoLoR", lambda classes: load_backbone(small_backbone), 10,
+                              Budget(preset.epochs, preset.batch_size), hp)
+    options = strategy.config
+    assert (options.lr, options.momentum, options.weight_decay, options.rank, options.k) == (lr, 0.9, 2e-4, 64, k)
+    assert (strategy.train_mb_size, strategy.train_epochs) == (128, epochs)
+    built = []
+    spec = dataclasses.replace(benchmark_spec(benchmark), build=lambda *arguments: built.append(arguments))
+    build_stream(spec, preset, load_backbone(small_backbone), 0, False)
+    assert built[0][:4] == (data, 32, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))  # ImageNet's, the ViT's size
+    build_stream(spec, dataclasses.replace(preset, normalisation="backbone"), load_backbone(small_backbone), 0, False)
+    assert built[1][2:4] == ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))  # timm's cfg of vit_tiny_patch16_224
+
+
+def test_the_readme_shows_the_paper_pipeline_table():
+    from benchmarks import REPOSITORY
+    from benchmarks.compare.presets import pipeline_table
+
+    assert pipeline_table() in (REPOSITORY / "README.md").read_text()

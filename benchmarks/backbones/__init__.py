@@ -68,8 +68,10 @@ def _vit(model: nn.Module, origin: str) -> VisionTransformer:
 
 
 def data_config(model: VisionTransformer) -> dict[str, Any]:
-    """Input size, mean and std the backbone expects (timm's resolved data config)."""
-    return timm.data.resolve_data_config(model=model)
+    """Input size, mean and std the backbone expects: timm's resolved data config, its input size
+    the model's own (a model built with another ``img_size`` keeps its architecture's cfg)."""
+    config = timm.data.resolve_data_config(model=model)
+    return {**config, "input_size": (model.patch_embed.proj.in_channels, *model.patch_embed.img_size)}
 
 
 def with_head(backbone: VisionTransformer, num_classes: int) -> VisionTransformer:

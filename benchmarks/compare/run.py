@@ -12,6 +12,7 @@ from typing import Any, Callable, Optional
 
 from avalanche.distributed import DistributedHelper
 from avalanche.training.determinism.rng_manager import RNGManager
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.models.vision_transformer import VisionTransformer
 
 from avalanche_color import train_stream
@@ -31,8 +32,9 @@ PER_EXPERIENCE = re.compile(r"^(?P<metric>\w+)/eval_phase/test_stream/Task\d+/Ex
 def build_stream(spec: BenchmarkSpec, config: ComparisonConfig, backbone: VisionTransformer, seed: int,
                   task_labels: bool):
     data = data_config(backbone)
-    return spec.build(config.data, data["input_size"][-1], data["mean"], data["std"], seed, task_labels,
-                      config.train_per_class)
+    mean, std = ((IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD) if config.normalisation == "imagenet"
+                 else (data["mean"], data["std"]))
+    return spec.build(config.data, data["input_size"][-1], mean, std, seed, task_labels, config.train_per_class)
 
 
 def run_method(method: str, label: str, seed: int, rank: int, k: int, benchmark, spec: BenchmarkSpec,

@@ -1,4 +1,4 @@
-"""The paper's benchmarks: Split CIFAR-100, CORe50 (NI) and DomainNet, with the ViT transforms.
+"""The paper's benchmarks: Split CIFAR-100, CORe50 (NI) and DomainNet, with the paper's (S-Prompts') transforms.
 
 Split CIFAR-100 and CORe50 come from Avalanche's generators, which read ``root`` and download
 into it what is missing (where a network is reachable). DomainNet has no Avalanche
@@ -24,7 +24,7 @@ from avalanche.benchmarks.classic import CORe50, SplitCIFAR100
 
 from benchmarks.streams.offline import (DEFAULT_MEAN, DEFAULT_STD, check_domains, check_seed, generic_benchmark,
                                         task_labels_of)
-from benchmarks.streams.transforms import vit_transforms
+from benchmarks.streams.transforms import paper_transforms
 
 CIFAR100_EXPERIENCES = 10
 CIFAR100_LAYOUT = ("<root>/cifar-100-python/{train,test,meta}, the python version of CIFAR-100 "
@@ -39,18 +39,22 @@ DOMAINNET_LAYOUT = ("<root>/<domain>/<class>/<file>.jpg with the split files <ro
 
 
 def split_cifar100(root: str | Path, *, image_size: int = 224, mean: Sequence[float] = DEFAULT_MEAN,
-                   std: Sequence[float] = DEFAULT_STD, seed: int = 0, task_labels: bool = False):
-    """Split CIFAR-100: 10 experiences of 10 classes, the class order shuffled by ``seed``.
+                   std: Sequence[float] = DEFAULT_STD, seed: int = 0, task_labels: bool = False,
+                   shuffle_classes: bool = False):
+    """Split CIFAR-100: 10 experiences of 10 classes, contiguous in CIFAR-100's order as in the paper
+    (classes 0-9, then 10-19, ...), or in an order shuffled by ``seed`` (``shuffle_classes=True``).
 
     Class ids stay CIFAR-100's own (0-99). ``root`` holds (or receives) ``cifar-100-python/``.
-    Note that Avalanche shuffles the classes by calling ``torch.manual_seed(seed)``, which resets
-    torch's global random state.
+    Note that Avalanche calls ``torch.manual_seed(seed)``, which resets torch's global random state.
     """
     check_seed(seed)
-    train_transform, eval_transform = vit_transforms(image_size, mean, std)
+    if not isinstance(shuffle_classes, bool):
+        raise TypeError(f"shuffle_classes must be a bool, got {shuffle_classes!r}")
+    train_transform, eval_transform = paper_transforms(image_size, mean, std)
+    order = None if shuffle_classes else list(range(100))
     with _download_or_explain("CIFAR-100", root, CIFAR100_LAYOUT):
-        return SplitCIFAR100(CIFAR100_EXPERIENCES, seed=seed, return_task_id=task_labels, dataset_root=root,
-                             train_transform=train_transform, eval_transform=eval_transform)
+        return SplitCIFAR100(CIFAR100_EXPERIENCES, seed=seed, fixed_class_order=order, return_task_id=task_labels,
+                             dataset_root=root, train_transform=train_transform, eval_transform=eval_transform)
 
 
 def core50_ni(root: str | Path, *, image_size: int = 224, mean: Sequence[float] = DEFAULT_MEAN,
@@ -63,7 +67,7 @@ def core50_ni(root: str | Path, *, image_size: int = 224, mean: Sequence[float] 
     if task_labels:
         raise ValueError("task_labels=True is not supported for core50: its NI test set is one experience of "
                          "held-out sessions, which belongs to no training experience (no oracle routing)")
-    train_transform, eval_transform = vit_transforms(image_size, mean, std)
+    train_transform, eval_transform = paper_transforms(image_size, mean, std)
     with _download_or_explain("CORe50", root, CORE50_LAYOUT):
         return CORe50(scenario="ni", dataset_root=root, train_transform=train_transform,
                       eval_transform=eval_transform)
@@ -77,7 +81,7 @@ def domainnet(root: str | Path, *, image_size: int = 224, mean: Sequence[float] 
     Labels are the split files' (0-344). Images are read from disk when a sample is drawn.
     """
     domains = check_domains(domains, DOMAINNET_DOMAINS)
-    train_transform, eval_transform = vit_transforms(image_size, mean, std)
+    train_transform, eval_transform = paper_transforms(image_size, mean, std)
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"DomainNet folder {str(root)!r} does not exist: expected {DOMAINNET_LAYOUT}")

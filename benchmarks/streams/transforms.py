@@ -1,11 +1,14 @@
-"""The paper's ViT input pipeline: a light random crop and flip for training, a centre crop for evaluation.
+"""The ViT input pipelines: the paper's (S-Prompts') for the paper's benchmarks, a lighter one for the offline ones.
 
-The backbone is frozen and only low-rank adapters are trained, so the augmentation is
-mild: the image is resized to the backbone's
-``image_size`` (its shorter side), padded by an eighth of that and randomly cropped back,
-and flipped. Evaluation resizes and centre-crops, so it is deterministic. Both end with the
-backbone's own ``mean`` and ``std``. Inputs may be uint8 (3, H, W) tensors (the offline
-streams keep their images decoded like that) or PIL images (torchvision's data sets).
+:func:`paper_transforms`, which the paper adopts from S-Prompts (its code's ``utils/data.py``):
+RandomResizedCrop and a horizontal flip for training; Resize to 256/224 of the input size
+(256 px for 224) and a centre crop for evaluation. :func:`vit_transforms`, for the small
+offline images (32 px and less, where a random resized crop would leave little): the image is
+resized to the backbone's ``image_size`` (its shorter side), padded by an eighth of that and
+randomly cropped back, and flipped; evaluation resizes and centre-crops. Evaluation is
+deterministic in both. Both end with ``mean`` and ``std``. Inputs may be uint8 (3, H, W)
+tensors (the offline streams keep their images decoded like that) or PIL images
+(torchvision's data sets).
 """
 
 from __future__ import annotations
@@ -21,18 +24,40 @@ def vit_transforms(image_size: int, mean: Sequence[float], std: Sequence[float])
 
     Both return plain float32 (3, image_size, image_size) tensors.
     """
-    if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
-        raise ValueError(f"image_size must be a positive int, got {image_size!r}")
-    mean, std = _channel_values("mean", mean), _channel_values("std", std)
-    if min(std) <= 0:
-        raise ValueError(f"std must be positive for every channel, got {std}")
-    normalise = [v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std), v2.ToPureTensor()]
+    normalise = _normalise(image_size, mean, std)
     # Resize is a no-op for images already at image_size (the cached offline streams).
     resize = [v2.ToImage(), v2.Resize(image_size, antialias=True)]
     train = v2.Compose([*resize, v2.RandomCrop(image_size, padding=image_size // 8),
                         v2.RandomHorizontalFlip(), *normalise])
     evaluate = v2.Compose([*resize, v2.CenterCrop(image_size), *normalise])
     return train, evaluate
+
+
+def paper_transforms(image_size: int, mean: Sequence[float],
+                     std: Sequence[float]) -> tuple[v2.Compose, v2.Compose]:
+    """S-Prompts' (train, eval) transforms, which the paper adopts, for ``image_size`` px inputs.
+
+    Training: RandomResizedCrop(image_size) (torchvision's scale 0.08-1 and ratio 3/4-4/3) and
+    a horizontal flip; evaluation: Resize(image_size * 256 / 224) of the shorter side and
+    CenterCrop(image_size), which for 224 px is S-Prompts' Resize(256) and CenterCrop(224).
+    Both return plain float32 (3, image_size, image_size) tensors normalised by ``mean``, ``std``.
+    """
+    normalise = _normalise(image_size, mean, std)
+    train = v2.Compose([v2.ToImage(), v2.RandomResizedCrop(image_size, antialias=True), v2.RandomHorizontalFlip(),
+                        *normalise])
+    evaluate = v2.Compose([v2.ToImage(), v2.Resize(round(image_size * 256 / 224), antialias=True),
+                           v2.CenterCrop(image_size), *normalise])
+    return train, evaluate
+
+
+def _normalise(image_size: int, mean: Sequence[float], std: Sequence[float]) -> list[v2.Transform]:
+    """Checks the arguments; the steps from an image to a normalised float32 tensor."""
+    if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
+        raise ValueError(f"image_size must be a positive int, got {image_size!r}")
+    mean, std = _channel_values("mean", mean), _channel_values("std", std)
+    if min(std) <= 0:
+        raise ValueError(f"std must be positive for every channel, got {std}")
+    return [v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std), v2.ToPureTensor()]
 
 
 def _channel_values(name: str, values: Sequence[float]) -> list[float]:
