@@ -3,8 +3,9 @@
 Where each part of the method lives:
 
 * ``config``: every option, declared and checked once (:class:`CoLoRConfig`, ...).
-* ``lora/``: LoRA on the query and value projections of every block (:class:`QKVExperts`) and
-  mixed batches sorted by expert (``segments``).
+* ``lora/``: LoRA on the query and value projections of every block (:class:`QKVExperts`),
+  timm's blocks run with the experts as an argument (``blocks``) and mixed batches sorted by
+  expert (``segments``).
 * ``routing/``: the routing algorithms: k-means prototypes, nearest-prototype routing, the
   class-level routers (beyond the paper: ridge and Gaussian over (expert, class) pairs) and the
   evaluation cache.

@@ -38,8 +38,8 @@ def test_each_sample_picks_the_prompt_whose_key_is_its_query():
     # Key j is sample order[j]'s own query: cosine 1, the best any key can match.
     order = torch.tensor([3, 0, 5, 1, 4, 2])
     model.pool.keys.copy_(queries[order])
-    model(x)
-    assert torch.equal(model.last_selection[:, 0], order.argsort())
+    _, selection = model.select_prompts(x)
+    assert torch.equal(selection[:, 0], order.argsort())
 
 
 @torch.no_grad()
@@ -56,7 +56,8 @@ def test_the_output_uses_exactly_the_selected_prompts():
     model = model_with_classes([0, 1, 2]).eval()
     x = images(6)
     logits = model(x)
-    selection = model.last_selection
+    _, selection = model.select_prompts(x)
+    assert torch.equal(model(x, selection), logits)
     prompts = model.pool.prompts[selection].flatten(1, 2)  # (batch, top_n * length, width)
     tokens = prompted_tokens(model.backbone, x, prompts)
     by_hand = model.head(prompt_outputs(tokens, prompts.shape[1], model.backbone.num_prefix_tokens).mean(1))
@@ -129,7 +130,7 @@ def test_l2p_takes_width_depth_and_image_size_from_the_model(variant):
     width, size = vit.embed_dim, vit.patch_embed.img_size[0]
     assert model.pool.prompts.shape == (10, 5, width) and model.pool.keys.shape == (10, vit.num_features)
     assert model.eval()(images(2, size=size)).shape == (2, 3)
-    assert model.last_selection.shape == (2, 5)
+    assert model.select_prompts(images(2, size=size))[1].shape == (2, 5)
 
 
 def test_trainable_parameters_are_pool_and_head():

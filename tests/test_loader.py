@@ -99,3 +99,19 @@ def test_the_comparison_runner_gives_its_workers_to_the_strategies():
         assert (strategy.config.num_workers, strategy.config.persistent_workers) == (2, True)
     with pytest.raises(ValueError, match="workers must be an integer >= 0, got -1"):
         ComparisonConfig(benchmark="digits_class", workers=-1)
+
+
+def test_the_perf_loader_rows_load_transformed_photos():
+    import io
+
+    from PIL import Image
+
+    from benchmarks.perf.workloads import JPEGDataset, jpeg_photos, load_epoch, paper_train_transform, training_loader
+
+    photos = jpeg_photos(3, size=(64, 48))
+    assert {Image.open(io.BytesIO(photo)).size for photo in photos} == {(64, 48)}
+    dataset = JPEGDataset(photos, 10, paper_train_transform(32, (0.5,) * 3, (0.5,) * 3), classes=4)
+    image, label = dataset[5]
+    assert image.shape == (3, 32, 32) and image.dtype == torch.float32 and label == 1
+    assert -1 <= float(image.min()) < float(image.max()) <= 1
+    assert load_epoch(training_loader(dataset, 4, 2, torch.device("cpu")), torch.device("cpu")) == 10

@@ -1,4 +1,5 @@
-"""The LoRA experts: exact start, q/v only, loralib's math, mixed batches, parameter count."""
+"""The LoRA experts: exact start, q/v only, loralib's math, mixed batches, parameter count, the
+experts passed explicitly through timm's blocks."""
 
 import loralib
 import pytest
@@ -39,8 +40,7 @@ def test_key_projection_is_never_adapted():
     layer = model.qkv_layers[0]
     tokens = torch.randn(2, 5, layer.in_features)
     base = layer(tokens)
-    layer.select(0)
-    adapted = layer(tokens)
+    adapted = layer(tokens, 0)
     d = layer.head_width
     assert torch.equal(adapted[..., d : 2 * d], base[..., d : 2 * d])
     assert not torch.allclose(adapted[..., :d], base[..., :d])
@@ -61,12 +61,12 @@ def test_matches_loralib_merged_linear_on_q_and_v():
     with torch.no_grad():
         expert.A.copy_(reference.lora_A.view(2, r, d))
         expert.B.copy_(reference.lora_B.view(2, d, r))
-    layer.select(0)
     x = torch.randn(4, 7, d)
-    torch.testing.assert_close(layer(x), reference(x))
+    torch.testing.assert_close(layer(x, 0), reference(x))
 
 
 def three_random_experts() -> ExpertViT:
+    """Three experts with random weights; the newest (2) trains, as after add_expert."""
     model = ExpertViT(tiny_vit(), rank=4).eval()
     for classes in ([0, 1], [2, 3, 4], [5]):
         model.add_expert(classes)
@@ -74,12 +74,19 @@ def three_random_experts() -> ExpertViT:
     return model
 
 
-@pytest.mark.parametrize("grad", [False, True], ids=["merged (inference)", "low-rank (training)"])
-def test_mixed_batch_rows_equal_each_experts_own_run(grad):
+def set_training(model: ExpertViT, expert: int, trains: bool) -> None:
+    for parameter in model.expert_parameters(expert):
+        parameter.requires_grad_(trains)
+
+
+@pytest.mark.parametrize("newest_trains", [False, True],
+                         ids=["frozen (merged, updates added in place)", "one trains (low-rank)"])
+def test_mixed_batch_rows_equal_each_experts_own_run(newest_trains):
     model = three_random_experts()
+    set_training(model, 2, newest_trains)
     x = images(6)
     experts = torch.tensor([2, 0, 1, 1, 0, 2])
-    with torch.set_grad_enabled(grad):
+    with torch.no_grad():
         mixed = model.predict(x, experts)
         for row, expert in enumerate(experts.tolist()):
             alone = model.predict(x[row : row + 1], expert)
@@ -144,9 +151,11 @@ def test_merged_weights_equal_the_low_rank_update():
     model = three_random_experts()
     x = images(5)
     for expert in range(3):
-        with torch.no_grad():
-            merged = model.predict(x, expert)
-        unmerged = model.predict(x, expert)  # gradients on: base output + low-rank update
+        set_training(model, expert, False)
+        merged = model.predict(x, expert)  # a frozen expert: merged into the weight
+        set_training(model, expert, True)
+        unmerged = model.predict(x, expert)  # an expert that trains: base output + low-rank update
+        assert unmerged.requires_grad and not merged.requires_grad  # the grad mode is on for both
         torch.testing.assert_close(merged, unmerged.detach(), rtol=1e-5, atol=1e-5)
     layer = model.qkv_layers[1]
     delta = layer.merged_weight(2) - layer.base_layer.weight
@@ -183,3 +192,48 @@ def test_routed_inference_and_training_run_under_bf16_autocast():
         loss = model(images)[:, 2:].logsumexp(1).mean()
     loss.backward()
     assert model.qkv_layers[0].experts[1].A.grad is not None
+
+
+@pytest.mark.parametrize("fused_attention", [True, False])
+@pytest.mark.parametrize("shape", [dict(), dict(reg_tokens=2, qk_norm=True, global_pool="avg")], ids=["plain", "registers"])
+def test_the_explicit_forward_is_timms_bit_for_bit_without_experts(shape, fused_attention):
+    reference = tiny_vit(**shape).eval()
+    model = ExpertViT(tiny_vit(**shape), rank=2)
+    model.add_expert([0, 1])
+    randomise_experts(model)
+    for block in [*reference.blocks, *model.backbone.blocks]:
+        block.attn.fused_attn = fused_attention
+    x = images(3)
+    assert torch.equal(model.features(x, None), reference.forward_head(reference.forward_features(x), pre_logits=True))
+    # timm's own forward on the adapted ViT calls each qkv layer without experts: the backbone.
+    assert torch.equal(model.backbone.forward_features(x), reference.forward_features(x))
+
+
+def test_one_frozen_expert_equals_a_vit_with_its_update_merged_into_the_weights():
+    model = three_random_experts()
+    set_training(model, 2, False)
+    merged = tiny_vit().eval()
+    with torch.no_grad():
+        for block, layer in zip(merged.blocks, model.qkv_layers):
+            block.attn.qkv.weight.copy_(layer.merged_weight(1))
+    x = images(4)
+    expected = merged.forward_head(merged.forward_features(x), pre_logits=True)
+    assert torch.equal(model.features(x, 1), expected)
+
+
+def test_a_forward_leaves_no_selection_behind():
+    model = three_random_experts()
+    layers_before = [dict(vars(layer)) for layer in model.qkv_layers]
+    x = images(4)
+    backbone = model.features(x)
+    model.features(x, [(0, slice(0, 2)), (1, slice(2, 4))])
+    model.features(x, 2)
+    assert torch.equal(model.features(x), backbone)
+    assert [dict(vars(layer)) for layer in model.qkv_layers] == layers_before
+
+
+def test_other_block_types_are_refused_naming_the_block():
+    from timm.models.vision_transformer import ResPostBlock
+
+    with pytest.raises(TypeError, match=r"model.blocks\[0\] must be a timm Block .* got ResPostBlock"):
+        ExpertViT(tiny_vit(block_fn=ResPostBlock))

@@ -83,3 +83,47 @@ def test_prompt_experts_round_trip_too(tmp_path):
     images = torch.randn(4, 3, 16, 16, generator=torch.Generator().manual_seed(0))
     loaded = PromptExpertViT.from_pretrained(strategy_model.save_pretrained(tmp_path / "p"), tiny_vit())
     assert torch.equal(loaded.predict(images, 0), strategy_model.predict(images, 0))
+
+
+# ---------------------------------------------------------------------- atomic saving
+
+
+def saved_files(folder):
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+def test_a_failed_save_leaves_the_earlier_one_whole_and_no_temporary_folder(trained, tmp_path, monkeypatch):
+    model, _, _ = trained
+    folder = model.save_pretrained(tmp_path / "experts")
+    before = saved_files(folder)
+    other = PromptExpertViT(tiny_vit(), prompt_length=2)
+    other.add_expert([0, 1])
+
+    def broken_save_file(tensors, filename):  # dies half-way through the weights
+        with open(filename, "wb") as file:
+            file.write(b"half")
+        raise OSError("disk full")
+
+    monkeypatch.setattr("avalanche_color.experts.pretrained.save_file", broken_save_file)
+    with pytest.raises(OSError, match="disk full"):
+        other.save_pretrained(folder)
+    assert saved_files(folder) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["experts"]
+    with pytest.raises(OSError, match="disk full"):
+        other.save_pretrained(tmp_path / "new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["experts"]
+
+
+def test_saving_again_replaces_an_earlier_save_and_refuses_a_folder_with_other_files(trained, tmp_path):
+    model, _, images = trained
+    first = PromptExpertViT(tiny_vit(), prompt_length=2)
+    first.add_expert([0, 1])
+    folder = first.save_pretrained(tmp_path / "experts")
+    model.save_pretrained(folder)
+    assert torch.equal(ExpertViT.from_pretrained(folder, tiny_vit())(images), model(images))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["experts"]
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "readme.txt").write_text("mine")
+    with pytest.raises(ValueError, match=r"holds other files \(readme.txt\)"):
+        model.save_pretrained(tmp_path / "notes")
+    assert (tmp_path / "notes" / "readme.txt").read_text() == "mine"

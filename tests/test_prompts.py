@@ -182,7 +182,8 @@ def test_s_prompts_state_round_trips_without_the_backbone():
     restored.load_experts_state_dict(state)
     x = torch.cat([torch.stack([s[0] for s in e.dataset]) for e in benchmark.test_stream])
     assert torch.equal(restored.eval()(x), trained(x))
-    with pytest.raises(ValueError, match="state has prompt length 4, this model has 10"):
+    with pytest.raises(ValueError, match=r"prompts.0.tokens has shape \(4, 32\), this model's experts have "
+                                         r"\(10, 32\) \(prompt_length=10\)"):
         PromptExpertViT(tiny_vit()).load_experts_state_dict(state)
 
 

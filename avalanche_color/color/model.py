@@ -9,14 +9,15 @@ block's ``attn.qkv``.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, Optional
 
+from timm.models.vision_transformer import Attention, Block
 from torch import Tensor, nn
 
 from avalanche_color.config import LoRAOptions
 from avalanche_color.experts.backbone import backbone_images, check_vision_transformer
 from avalanche_color.experts.routed_vit import RoutedExpertViT
+from avalanche_color.lora.blocks import expert_tokens
 from avalanche_color.lora.qv_experts import QKVExperts
 from avalanche_color.lora.segments import ExpertSelection
 
@@ -36,16 +37,16 @@ class ExpertViT(RoutedExpertViT):
     """
 
     config: LoRAOptions
+    expert_shape_options = ("rank",)
 
     def __init__(self, vit: nn.Module, config: Optional[LoRAOptions] = None, /, **options: Any) -> None:
         check_vit(vit)
         config = LoRAOptions.build(config, **options)
-        super().__init__(vit, config)
-        self.qkv_layers: list[QKVExperts] = []
-        for block in vit.blocks:
-            layer = QKVExperts(block.attn.qkv)
+        layers = [QKVExperts(block.attn.qkv) for block in vit.blocks]
+        for block, layer in zip(vit.blocks, layers):
             block.attn.qkv = layer
-            self.qkv_layers.append(layer)
+        super().__init__(vit, config)  # the backbone's own state is recorded with its layers in place
+        self.qkv_layers: list[QKVExperts] = layers
 
     @property
     def rank(self) -> int:
@@ -55,49 +56,24 @@ class ExpertViT(RoutedExpertViT):
     def alpha(self) -> float:
         return self.config.scaling_alpha
 
-    # ------------------------------------------------------------------ LoRA experts
+    # ------------------------------------------------------------------ LoRA experts (one QVLoRA per block)
 
-    def _add_expert_modules(self) -> None:
-        for layer in self.qkv_layers:
-            layer.add_expert(self.rank, self.alpha)
+    def expert_slots(self) -> list[nn.ModuleList]:
+        """Each block's list of LoRA experts."""
+        return [layer.experts for layer in self.qkv_layers]
 
-    def expert_modules(self, expert: int) -> Iterator[nn.Module]:
-        """The expert's LoRA modules, one per block."""
-        for layer in self.qkv_layers:
-            yield layer.experts[expert]
-
-    @contextmanager
-    def selected(self, experts: ExpertSelection) -> Iterator[None]:
-        """Run the backbone with ``experts``: None, one index, or runs of a sorted batch."""
-        for layer in self.qkv_layers:
-            layer.select(experts)
-        try:
-            yield
-        finally:
-            for layer in self.qkv_layers:
-                layer.select(None)
+    def new_expert_modules(self) -> list[nn.Module]:
+        """One new :class:`QVLoRA` per block (B = 0: the new expert computes the backbone exactly)."""
+        return [layer.new_expert(self.rank, self.alpha) for layer in self.qkv_layers]
 
     def features(self, x: Tensor, experts: ExpertSelection = None) -> Tensor:
         """The pooled ([CLS]) features after the final norm, shape (batch, num_features).
 
-        With a mixed batch each layer runs one matmul per expert on its run of samples.
+        ``experts`` reach every block's qkv layer as an argument (:mod:`avalanche_color.lora.blocks`);
+        with a mixed batch each layer runs one matmul per expert on its run of samples.
         """
         x = backbone_images(self.backbone, x)
-        with self.selected(experts):
-            tokens = self.backbone.forward_features(x)
-        return self.backbone.forward_head(tokens, pre_logits=True)
-
-    # ------------------------------------------------------------------ state
-
-    def _is_backbone_weight(self, key: str) -> bool:
-        return key.startswith("backbone.") and ".experts." not in key
-
-    def _check_stored_experts(self, state_dict: dict[str, Any], prefix: str) -> None:
-        a_key = prefix + "backbone.blocks.0.attn.qkv.experts.0.A"
-        if a_key in state_dict and state_dict[a_key].shape[1] != self.rank:
-            raise ValueError(
-                f"state has LoRA rank {state_dict[a_key].shape[1]}, this model has rank {self.rank}"
-            )
+        return self.backbone.forward_head(expert_tokens(self.backbone, x, experts), pre_logits=True)
 
 
 def check_vit(model: nn.Module) -> None:
@@ -105,6 +81,13 @@ def check_vit(model: nn.Module) -> None:
     (``TypeError``), and a ViT whose qkv already carry LoRA experts (``ValueError``)."""
     check_vision_transformer(model)
     for index, block in enumerate(model.blocks):
+        # The experts reach the qkv layers through timm's Block and Attention forward, as
+        # computed by avalanche_color.lora.blocks; other block types compute otherwise.
+        if type(block) is not Block or type(getattr(block, "attn", None)) is not Attention:
+            raise TypeError(
+                f"model.blocks[{index}] must be a timm Block with a timm Attention (as in the standard "
+                f"VisionTransformer models), got {type(block).__name__} with {type(getattr(block, 'attn', None)).__name__}"
+            )
         qkv = getattr(getattr(block, "attn", None), "qkv", None)
         if not isinstance(qkv, (nn.Linear, QKVExperts)):
             raise TypeError(

@@ -38,7 +38,8 @@ class RoutingAccuracy(GenericPluginMetric[Optional[float], RoutedShare]):
     A test sample is routed correctly when its expert is one trained on the
     experience it comes from (train and test streams line up experience by
     experience). Experiences without an expert yet are left out, not counted
-    as wrong.
+    as wrong. The experts are those the strategy's evaluation forward routed the
+    batch to (``strategy.mb_experts``, all ranks' under torchrun).
     """
 
     def __init__(self, reset_at: Literal["experience", "stream"], emit_at: Literal["experience", "stream"]):
@@ -47,7 +48,7 @@ class RoutingAccuracy(GenericPluginMetric[Optional[float], RoutedShare]):
 
     def update(self, strategy: "SupervisedTemplate") -> None:
         model = strategy.model
-        routed = getattr(model, "last_experts", None)
+        routed = getattr(strategy, "mb_experts", None)
         if routed is None:
             return
         experience = strategy.experience.current_experience

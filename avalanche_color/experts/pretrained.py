@@ -19,7 +19,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from avalanche_color.experts.model_state import backbone_fingerprint, model_extras, restore_model_extras
-from avalanche_color.utils.files import PathLike
+from avalanche_color.utils.files import PathLike, write_folder_atomically
 from avalanche_color.version import __version__
 
 if TYPE_CHECKING:
@@ -38,10 +38,12 @@ def model_options(model_class: type[nn.Module], config: Any) -> dict[str, Any]:
 
 
 def save_pretrained(model: RoutedExpertViT, folder: PathLike) -> Path:
-    """Write ``model``'s experts and ``config.json`` into ``folder`` (created if needed)."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    """Write ``model``'s experts and ``config.json`` into ``folder``, atomically.
 
+    Both files are written into a new folder beside ``folder`` that then takes its name, so a
+    failure leaves no half-written save. ``folder`` may be new, empty or an earlier save;
+    a folder holding other files is refused.
+    """
     config = {
         "format": FORMAT,
         "version": __version__,
@@ -56,10 +58,13 @@ def save_pretrained(model: RoutedExpertViT, folder: PathLike) -> Path:
         "model_extras": model_extras(model),
     }
     # safetensors wants contiguous tensors that share no memory.
-    save_file({k: v.detach().cpu().contiguous().clone() for k, v in model.experts_state_dict().items()},
-              str(folder / WEIGHTS_FILE))
-    (folder / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
-    return folder
+    tensors = {k: v.detach().cpu().contiguous().clone() for k, v in model.experts_state_dict().items()}
+
+    def write(new: Path) -> None:
+        save_file(tensors, str(new / WEIGHTS_FILE))
+        (new / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
+
+    return write_folder_atomically(folder, write, replaceable=(CONFIG_FILE, WEIGHTS_FILE))
 
 
 def from_pretrained(model_class: type[Model], folder: PathLike, backbone: nn.Module, **options: Any) -> Model:

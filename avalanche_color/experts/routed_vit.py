@@ -7,16 +7,20 @@ Everything else is shared and lives here: the heads, which experience and task
 each expert comes from, Avalanche's model adaptation, the prototype router
 (nearest prototype, CoLoR++'s first-expert features, or the oracle), the
 batched prediction of a mixed batch and the state handling. A subclass only
-says how to add an expert, which parameters it owns, and how the backbone
-computes features with it.
+says where its experts' modules live (:meth:`RoutedExpertViT.expert_slots`), how to
+make one, and how the backbone computes features with given experts.
+
+The expert of each sample is an argument or a return value, never state left on the model:
+:meth:`RoutedExpertViT.route` returns the experts, :meth:`RoutedExpertViT.predict` runs given
+experts, and ``model(x, experts=...)`` or ``model(x)`` does one or both (see
+:meth:`RoutedExpertViT.forward` for its paths).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Optional, TypeVar, Union
+from typing import Any, ClassVar, Optional, TypeVar, Union
 
 import torch
 from avalanche.models import MultiTaskModule
@@ -49,8 +53,9 @@ class RoutedExpertViT(MultiTaskModule):
     to the expert trained on its task label. Outputs cover the global class
     space: classes the chosen expert does not know get ``-inf``.
 
-    Subclasses implement :meth:`_add_expert_modules`, :meth:`expert_modules`
-    and :meth:`features`.
+    Subclasses implement :meth:`expert_slots`, :meth:`new_expert_modules` and
+    :meth:`features`, and name in ``expert_shape_options`` the options that decide
+    the shapes of an expert's tensors.
 
     Args:
         vit: a timm ``VisionTransformer``; it is frozen (and may be adapted in place).
@@ -61,12 +66,15 @@ class RoutedExpertViT(MultiTaskModule):
     expert_experiences: Tensor
     expert_tasks: Tensor
     expert_finished: Tensor
+    expert_shape_options: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, vit: nn.Module, config: RoutingOptions) -> None:
         super().__init__()
         check_vision_transformer(vit)
         self.config = config
         self.backbone = vit.requires_grad_(False).eval()
+        # What the backbone owns, recorded once, before any expert exists: never saved with the experts.
+        self.backbone_keys = frozenset(self.backbone.state_dict(prefix="backbone."))
         self.heads = nn.ModuleList()
         self.router = PrototypeRouter(config.distance)
         # Beyond the paper: a class-level router (off by default), fitted alongside the prototypes.
@@ -78,7 +86,6 @@ class RoutedExpertViT(MultiTaskModule):
         self.register_buffer("expert_tasks", torch.empty(0, dtype=torch.long))
         # Whether each expert's experience is over (its final prototypes fitted).
         self.register_buffer("expert_finished", torch.empty(0, dtype=torch.bool))
-        self.last_experts: Optional[Tensor] = None
         self.eval_cache: Optional[EvalCache] = EvalCache() if config.cache_evaluation else None
 
     @property
@@ -87,22 +94,18 @@ class RoutedExpertViT(MultiTaskModule):
 
     # ------------------------------------------------------------------ what an expert is
 
-    def _add_expert_modules(self) -> None:
-        """Create the trainable modules of one more expert (its head is added by the base)."""
+    def expert_slots(self) -> list[nn.ModuleList]:
+        """Where experts live: lists to which every expert adds one module (its head excluded)."""
         raise NotImplementedError
 
-    def expert_modules(self, expert: int) -> Iterator[nn.Module]:
-        """The modules that hold ``expert``'s own parameters, its head excluded."""
+    def new_expert_modules(self) -> list[nn.Module]:
+        """The modules of one new expert, one per slot of :meth:`expert_slots`, not yet added."""
         raise NotImplementedError
 
     def features(self, x: Tensor, experts: ExpertSelection = None) -> Tensor:
         """The pooled features (batch, num_features) with ``experts``: None, one index,
         or ``Segments`` (:mod:`avalanche_color.lora.segments`) of a batch sorted by expert."""
         raise NotImplementedError
-
-    def _is_backbone_weight(self, key: str) -> bool:
-        """Whether a ``state_dict`` key is a frozen backbone weight (not saved with the experts)."""
-        return key.startswith("backbone.")
 
     # ------------------------------------------------------------------ experts
 
@@ -162,6 +165,15 @@ class RoutedExpertViT(MultiTaskModule):
             return newest
         return None
 
+    def expert_modules(self, expert: int) -> Iterator[nn.Module]:
+        """The modules that hold ``expert``'s own parameters, its head excluded."""
+        for slot in self.expert_slots():
+            yield slot[expert]
+
+    def _add_expert_modules(self) -> None:
+        for slot, module in zip(self.expert_slots(), self.new_expert_modules(), strict=True):
+            slot.append(module.to(self.device))
+
     def expert_parameters(self, expert: int) -> Iterator[nn.Parameter]:
         """The parameters of one expert: its own modules' and its head's."""
         for module in self.expert_modules(expert):
@@ -171,16 +183,6 @@ class RoutedExpertViT(MultiTaskModule):
     def is_frozen(self, expert: int) -> bool:
         """Whether ``expert`` is done training (only the newest expert ever trains)."""
         return not any(p.requires_grad for p in self.expert_parameters(expert))
-
-    def cache_evaluation(self, enabled: bool = True) -> None:
-        """Reuse routing features and frozen experts' outputs across evaluations (exact).
-
-        Worth it when the same test images are evaluated after every experience;
-        the cache holds one feature vector per image and one logit row per
-        (image, frozen expert) it has evaluated.
-        """
-        self.config = dataclasses.replace(self.config, cache_evaluation=enabled)
-        self.eval_cache = EvalCache() if enabled else None
 
     def adaptation(self, experience: Any) -> None:
         """Avalanche's hook before each experience: a new expert for each training experience.
@@ -275,39 +277,79 @@ class RoutedExpertViT(MultiTaskModule):
         """Whether routing features stay the same for the rest of the run."""
         return self.routing != "first_expert" or self.is_frozen(0)
 
-    def forward(self, x: Tensor, task_labels: Optional[Tensor] = None) -> Tensor:
-        """Global-class logits.
+    def forward(self, x: Tensor, task_labels: Optional[Tensor] = None,
+                experts: Union[int, Tensor, None] = None) -> Tensor:
+        """Global-class logits. Which experts compute them, in this order:
+
+        * ``experts`` given: those, in either mode (:meth:`predict`);
+        * no expert yet: zeros, no preference among the classes (Avalanche evaluates once
+          before the first training step);
+        * train mode: the expert being trained, for every sample (:meth:`training_expert`);
+        * eval mode: each sample's routed expert (:meth:`route_and_predict`, which also
+          returns the experts; with ``cache_evaluation=True`` it reuses earlier work).
 
         Args:
             x: images (batch, channels, height, width) the backbone accepts.
             task_labels: one per sample; only oracle routing reads them.
+            experts: an expert index for the whole batch, or a (batch,) tensor of indices.
 
         Raises:
             RuntimeError: in train mode when every expert is finished (call ``model.eval()``).
         """
+        if experts is not None:
+            return self.predict(x, self.check_experts(experts, x.shape[0]))
         if not self.num_experts:
-            # Nothing learned yet (Avalanche evaluates once before the first training step):
-            # like an untrained model, no preference among the classes.
-            self.last_experts = None
             return x.new_zeros(x.shape[0], self.num_classes)
         if self.training:
-            newest = self.num_experts - 1
-            if bool(self.expert_finished[newest]):
-                # Train mode predicts with the expert being trained; with none left, a prediction
-                # here would silently differ from the routed one eval mode gives.
-                raise RuntimeError(
-                    f"{type(self).__name__} is in train mode, where the expert being trained predicts every "
-                    f"sample, but all its {self.num_experts} experts are finished: call model.eval() to route "
-                    f"each sample to its expert (a strategy's train() adds a new expert first)"
-                )
-            return self.predict(x, newest)
-        caching = self.eval_cache is not None and not torch.is_grad_enabled()
-        keys = image_keys(x) if caching else None
-        experts = self.route(x, task_labels, keys)
-        self.last_experts = experts.detach()
-        if caching:
-            return self.eval_cache.predict(x, keys, experts, self.num_classes, self.predict, self.is_frozen)
-        return self.predict(x, experts)
+            return self.predict(x, self.training_expert())
+        return self.route_and_predict(x, task_labels)[0]
+
+    def training_expert(self) -> int:
+        """The expert a train-mode forward predicts with: the newest, while it is not finished.
+
+        Raises:
+            RuntimeError: when every expert is finished, as after loading: a train-mode prediction
+                would then silently differ from the routed one eval mode gives.
+        """
+        newest = self.num_experts - 1
+        if newest < 0 or bool(self.expert_finished[newest]):
+            raise RuntimeError(
+                f"{type(self).__name__} is in train mode, where the expert being trained predicts every "
+                f"sample, but all its {self.num_experts} experts are finished: call model.eval() to route "
+                f"each sample to its expert (a strategy's train() adds a new expert first)"
+            )
+        return newest
+
+    def route_and_predict(self, x: Tensor, task_labels: Optional[Tensor] = None) -> tuple[Tensor, Optional[Tensor]]:
+        """Routed prediction: the global-class logits and the expert each sample was routed to.
+
+        The experts are None while the model has none (the logits are then zeros). With the
+        evaluation cache on (``cache_evaluation=True``) routing features and frozen experts'
+        logits of images seen before are reused: the same values, computed without gradients.
+        """
+        if not self.num_experts:
+            return x.new_zeros(x.shape[0], self.num_classes), None
+        if self.eval_cache is None:
+            experts = self.route(x, task_labels)
+            return self.predict(x, experts), experts
+        with torch.no_grad():
+            keys = image_keys(x)
+            experts = self.route(x, task_labels, keys)
+            return self.eval_cache.predict(x, keys, experts, self.num_classes, self.predict, self.is_frozen), experts
+
+    def check_experts(self, experts: Union[int, Tensor], batch_size: int) -> Union[int, Tensor]:
+        """Refuse ``experts`` that are not one index or one per sample of this model's experts."""
+        allowed = f"an index in [0, {self.num_experts}) or a ({batch_size},) integer tensor of them"
+        if isinstance(experts, Tensor):
+            if experts.shape != (batch_size,) or experts.is_floating_point() or experts.is_complex():
+                raise ValueError(f"experts must be {allowed}, got a {experts.dtype} tensor of shape "
+                                 f"{tuple(experts.shape)}")
+            if batch_size and not (0 <= int(experts.min()) and int(experts.max()) < self.num_experts):
+                raise ValueError(f"experts must be {allowed}, got indices {sorted(set(experts.tolist()))}")
+            return experts.to(self.device, torch.long)
+        if isinstance(experts, bool) or not isinstance(experts, int) or not 0 <= experts < self.num_experts:
+            raise ValueError(f"experts must be {allowed}, got {experts!r}")
+        return experts
 
     def predict(self, x: Tensor, experts: Union[int, Tensor]) -> Tensor:
         """Logits of the given experts: one index for the batch, or one per sample.
@@ -344,12 +386,12 @@ class RoutedExpertViT(MultiTaskModule):
 
     def experts_state_dict(self) -> dict[str, Tensor]:
         """The learned state (experts, heads, prototypes, class maps), without the backbone."""
-        return {k: v for k, v in self.state_dict().items() if not self._is_backbone_weight(k)}
+        return {k: v for k, v in self.state_dict().items() if k not in self.backbone_keys}
 
     def load_experts_state_dict(self, state: dict[str, Tensor]) -> None:
         """Load what :meth:`experts_state_dict` gave; the backbone stays as it is."""
         result = self.load_state_dict(state, strict=False)
-        missing = [k for k in result.missing_keys if not self._is_backbone_weight(k)]
+        missing = [k for k in result.missing_keys if k not in self.backbone_keys]
         if missing or result.unexpected_keys:
             raise ValueError(
                 f"state does not fit this model: missing {missing}, unexpected {result.unexpected_keys}"
@@ -372,7 +414,22 @@ class RoutedExpertViT(MultiTaskModule):
         return from_pretrained(cls, folder, backbone, **options)
 
     def _check_stored_experts(self, state_dict: dict[str, Any], prefix: str) -> None:
-        """Refuse a stored state whose experts have another shape (subclasses override)."""
+        """Refuse a stored state whose expert tensors have other shapes than this model's experts,
+        naming the tensor and the options that decide the shapes (``expert_shape_options``)."""
+        names = {id(module): name for name, module in self.named_modules()}
+        for slot, module in zip(self.expert_slots(), self.new_expert_modules(), strict=True):
+            expected = {name: tuple(tensor.shape) for name, tensor in module.state_dict().items()}
+            slot_prefix = f"{prefix}{names[id(slot)]}."
+            for key, tensor in state_dict.items():
+                if not key.startswith(slot_prefix):
+                    continue
+                name = key[len(slot_prefix):].partition(".")[2]  # the key inside one expert's module
+                if name in expected and tuple(tensor.shape) != expected[name]:
+                    options = ", ".join(f"{option}={getattr(self.config, option)!r}"
+                                        for option in self.expert_shape_options)
+                    raise ValueError(f"state does not fit this model: {key[len(prefix):]} has shape "
+                                     f"{tuple(tensor.shape)}, this model's experts have {expected[name]} "
+                                     f"({options}); build the model with the options it was saved with")
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
         # Grow to the stored number of experts first; the children then load into them.

@@ -2,23 +2,22 @@
 
 One :class:`QKVExperts` replaces one ``attn.qkv`` of a timm ViT. It keeps the
 original linear layer as ``base_layer`` (frozen, shared by every expert) and a
-list of :class:`QVLoRA` experts. Which expert acts is chosen from outside, per
-forward, with :meth:`QKVExperts.select`: none, one for the whole batch, or one
-per contiguous run of samples (a batch sorted by expert, see
-:mod:`avalanche_color.lora.segments`).
+list of :class:`QVLoRA` experts. The experts of a forward are its argument,
+``layer(x, experts)``: none, one for the whole batch, or one per contiguous run of
+samples (a batch sorted by expert, see :mod:`avalanche_color.lora.segments`).
 
-Two ways to compute an expert, chosen by whether gradients are needed:
+Two ways to compute an expert, chosen by whether the expert trains (its A and B
+require gradients), never by the grad mode:
 
-* low-rank: ``base(x)`` plus the update ``s x A^T B^T``: one thin matmul down
-  (``x A^T`` for q and v at once) and one up per part, added onto the q and v
-  columns only (no matmul over the zero key block). Used in training, through
+* low-rank, for an expert that trains: ``base(x)`` plus the update ``s x A^T B^T``:
+  one thin matmul down (``x A^T`` for q and v at once) and one up per part, added onto
+  the q and v columns only (no matmul over the zero key block), through
   :class:`QVLowRankLinear`, whose backward computes only what is needed (input
-  gradients through the frozen weight, A and B gradients; no copies of the qkv
-  gradient), and for mixed batches without gradients (one frozen matmul for the
-  whole batch, each expert's update added in place on its run of samples);
-* merged: one matmul with ``W + s B A`` (built per forward: a d x r x 2d product,
-  small next to the tokens' matmul). Used when a whole batch goes to one expert
-  without gradients (oracle evaluation, a batch routed to one expert).
+  gradients through the frozen weight, A and B gradients; no copies of the qkv gradient);
+* for frozen experts: one matmul with ``W + s B A`` when the whole batch has one expert
+  (built per forward: a d x r x 2d product, small next to the tokens' matmul), or, for a
+  mixed batch, one frozen matmul for the whole batch with each expert's update added in
+  place on its run of samples.
 """
 
 from __future__ import annotations
@@ -63,6 +62,10 @@ class QVLoRA(nn.Module):
         """(2r, in): A of q and A of v stacked, so both project down in one matmul."""
         return self.A.reshape(2 * self.rank, -1)
 
+    def trains(self) -> bool:
+        """Whether this expert is being trained (its A or B requires gradients)."""
+        return self.A.requires_grad or self.B.requires_grad
+
 
 class QKVExperts(nn.Module):
     """A fused qkv linear layer with LoRA experts on its q and v parts.
@@ -81,44 +84,42 @@ class QKVExperts(nn.Module):
         self.base_layer = base_layer
         self.head_width = base_layer.out_features // 3
         self.experts = nn.ModuleList()
-        self._selection: ExpertSelection = None
 
     @property
     def in_features(self) -> int:
         return self.base_layer.in_features
 
-    def add_expert(self, rank: int, alpha: float) -> QVLoRA:
+    def new_expert(self, rank: int, alpha: float) -> QVLoRA:
+        """A new expert for this layer (on its device, in its dtype), not yet added."""
         weight = self.base_layer.weight
-        expert = QVLoRA(self.in_features, self.head_width, rank, alpha)
-        expert.to(device=weight.device, dtype=weight.dtype)
+        return QVLoRA(self.in_features, self.head_width, rank, alpha).to(device=weight.device, dtype=weight.dtype)
+
+    def add_expert(self, rank: int, alpha: float) -> QVLoRA:
+        """Add a new expert; its index is its position in :attr:`experts`."""
+        expert = self.new_expert(rank, alpha)
         self.experts.append(expert)
         return expert
 
-    def select(self, selection: ExpertSelection) -> None:
-        """Choose the experts of the next forwards.
+    def forward(self, x: Tensor, experts: ExpertSelection = None) -> Tensor:
+        """``[q | k | v]`` of ``x`` with ``experts``' q and v updates.
 
         Args:
-            selection: ``None`` for the bare backbone, an int for one expert on
-                the whole batch, or ``Segments`` for one expert per run of
-                samples.
+            x: tokens (..., in_features).
+            experts: ``None`` for the bare backbone, an int for one expert on the whole
+                batch, or ``Segments`` for one expert per run of samples.
         """
-        self._selection = selection
-
-    def forward(self, x: Tensor) -> Tensor:
-        selection = self._selection
-        if selection is None:
+        if experts is None:
             return self.base_layer(x)
-        if isinstance(selection, int):
-            if torch.is_grad_enabled():
-                return self._low_rank_forward(x, self.experts[selection])
-            return self._merged_forward(x, selection)
-        if torch.is_grad_enabled():
-            # A mixed batch with gradients (not a training path): each run on its own.
-            return torch.cat([self._low_rank_forward(x[run], self.experts[e]) for e, run in selection])
-        # A mixed batch: the frozen matmul once for all samples, then each expert's
+        if isinstance(experts, int):
+            expert = self.experts[experts]
+            return self._low_rank_forward(x, expert) if expert.trains() else self._merged_forward(x, experts)
+        if any(self.experts[e].trains() for e, _ in experts):
+            # A mixed batch with an expert that trains (not a training path): each run on its own.
+            return torch.cat([self.forward(x[run], e) for e, run in experts])
+        # Frozen experts: the frozen matmul once for all samples, then each expert's
         # low-rank update added in place on its contiguous run (slices, no gather or scatter).
         out = self.base_layer(x)
-        for e, run in selection:
+        for e, run in experts:
             self._add_low_rank_update_(out[run], x[run], self.experts[e])
         return out
 

@@ -106,13 +106,14 @@ def shared_prototypes(features: Tensor, fit: Callable[[Tensor], Tensor]) -> Tens
 
 @torch.no_grad()
 def gather_eval_batch(strategy: "SupervisedTemplate") -> None:
-    """Replace the batch's outputs, labels, task labels and routed experts with those of all ranks."""
+    """Replace the batch's outputs, labels, task labels and routed experts (``strategy.mb_experts``)
+    with those of all ranks."""
     if not is_distributed():
         return
     local = len(strategy.mb_output)
     strategy.mb_output = DistributedHelper.cat_all(strategy.mb_output)
     for index in range(1, len(strategy.mbatch)):  # mbatch[0] (the images) stays local
         strategy.mbatch[index] = DistributedHelper.cat_all(strategy.mbatch[index])
-    routed = getattr(strategy.model, "last_experts", None)
+    routed = getattr(strategy, "mb_experts", None)
     if routed is not None and len(routed) == local:
-        strategy.model.last_experts = DistributedHelper.cat_all(routed)
+        strategy.mb_experts = DistributedHelper.cat_all(routed)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from avalanche.core import BasePlugin
-from torch import nn
+from torch import Tensor, nn
 from torch.optim import SGD
 
 from avalanche_color.config import CoLoRConfig, SPromptsConfig
@@ -40,6 +40,9 @@ class RoutedExpertsTemplate(PerExperienceCosine, ConfiguredStrategy):
     optimizer_options = ("lr", "momentum", "weight_decay")
     # Under torchrun: the model in DDP over the current expert, for training steps (set per experience).
     ddp_model: Optional[nn.Module] = None
+    # In evaluation: the expert each sample of the batch was routed to (all ranks' under torchrun),
+    # read by the routing-accuracy metric; None in training and before the first expert.
+    mb_experts: Optional[Tensor] = None
 
     def first_optimizer(self, model: nn.Module) -> SGD:
         # Replaced by make_optimizer before each experience, once its expert exists.
@@ -59,10 +62,17 @@ class RoutedExpertsTemplate(PerExperienceCosine, ConfiguredStrategy):
         if self.model.num_experts != experts or not continues_experience(self.experience):
             self.make_optimizer(**kwargs)
 
-    def forward(self) -> Any:
-        if self.is_training and self.ddp_model is not None:
-            return self.ddp_model(self.mb_x, self.mb_task_id)
-        return super().forward()
+    def forward(self) -> Tensor:
+        """Training: the model's train-mode forward (through DDP under torchrun). Evaluation: each
+        sample routed to its expert, the experts kept in :attr:`mb_experts`."""
+        # As Avalanche's forward: task labels only where the experience has them.
+        task_labels = self.mb_task_id if hasattr(self.experience, "task_labels") else None
+        if self.is_training:
+            self.mb_experts = None
+            model = self.ddp_model if self.ddp_model is not None else self.model
+            return model(self.mb_x, task_labels)
+        logits, self.mb_experts = self.model.route_and_predict(self.mb_x, task_labels)
+        return logits
 
     def make_eval_dataloader(self, **kwargs: Any) -> None:
         # Under torchrun each rank evaluates an unpadded shard (Avalanche's sampler pads).

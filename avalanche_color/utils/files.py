@@ -1,13 +1,15 @@
-"""Writing files so that a crash leaves the old file or the new one, never half of one."""
+"""Writing files and folders so that a failure leaves the old one or the new one, never half of one."""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import os
+import shutil
 import tempfile
+from collections.abc import Collection
 from pathlib import Path
-from typing import Union
+from typing import Callable, Union
 
 import torch
 
@@ -33,6 +35,51 @@ def write_atomically(path: PathLike, data: bytes) -> None:
             os.unlink(temporary)
         raise
     _fsync_folder(path.parent)
+
+
+def write_folder_atomically(folder: PathLike, write: Callable[[Path], None], *, replaceable: Collection[str]) -> Path:
+    """Fill a new folder beside ``folder`` with ``write(new_folder)``, then rename it to ``folder``.
+
+    A failure anywhere leaves ``folder`` as it was (absent, or the previous complete one). An
+    existing ``folder`` is replaced only if it holds nothing but files named in ``replaceable``
+    (an earlier save); a folder holding anything else is refused with a ``ValueError``.
+    """
+    folder = Path(folder)
+    if folder.exists():
+        others = sorted(p.name for p in folder.iterdir() if p.name not in replaceable) if folder.is_dir() else None
+        if others is None or others:
+            what = "is not a folder" if others is None else f"holds other files ({', '.join(others)})"
+            raise ValueError(f"folder {str(folder)!r} {what}; save into a new or empty folder, or over an earlier save")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    new = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
+    previous = None
+    try:
+        write(new)
+        for path in new.iterdir():
+            with open(path, "rb") as file:
+                os.fsync(file.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(new, 0o777 & ~umask)  # as mkdir would create it, not mkdtemp's 0700
+        _fsync_folder(new)
+        if folder.exists():
+            previous = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".old"))
+            os.replace(folder, previous)  # onto the empty placeholder
+        try:
+            os.replace(new, folder)
+        except BaseException:
+            if previous is not None:
+                os.replace(previous, folder)
+                previous = None
+            raise
+    except BaseException:
+        shutil.rmtree(new, ignore_errors=True)
+        raise
+    finally:
+        if previous is not None:
+            shutil.rmtree(previous, ignore_errors=True)
+    _fsync_folder(folder.parent)
+    return folder
 
 
 def _fsync_folder(folder: Path) -> None:

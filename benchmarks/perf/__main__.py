@@ -19,6 +19,9 @@ Printed and written as a markdown table:
   for 1, 2, 10 and 50 experts in one batch (``--mixed-batch-size`` samples, 50 by default)
 * routing (nearest prototype) and k-means fit time as a share of a forward
 * the class-level routers (ridge, gaussian): routing and fitting time as a share of a forward
+* loader / step = images per second of a training data loader (JPEG photos decoded, RandomResizedCrop,
+  flip, normalise, with ``--loader-workers`` worker processes) / images per second of the CoLoR
+  training step: below 1 the accelerator waits for the data
 """
 
 from __future__ import annotations
@@ -34,17 +37,20 @@ from pathlib import Path
 
 import timm
 import torch
+from timm.data import resolve_data_config
 from torch import nn
 
 from avalanche_color import CoLoRConfig, fit_prototypes
 from avalanche_color.routing.class_router import ClassRouter
 from benchmarks.perf.timing import Spread, Variant, interleaved, per_round, seconds
-from benchmarks.perf.workloads import build_color, peft_adapters, training_memory
+from benchmarks.perf.workloads import (PHOTO_SIZE, JPEGDataset, build_color, jpeg_photos, load_epoch,
+                                       paper_train_transform, peft_adapters, training_loader, training_memory)
 
 RESULTS = Path(__file__).parents[1] / "results"
 CLASSES = 10  # per expert
 CLASS_ROUTERS = ("ridge", "gaussian")
 ROUTER_WIDTH = CoLoRConfig().router_width  # the default M
+PHOTOS = 64  # distinct JPEGs the loader cycles over
 
 
 def fitted_class_routers(num_features: int, experts: int, generator: torch.Generator) -> dict[str, ClassRouter]:
@@ -79,6 +85,10 @@ def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--bf16", action="store_true", help="run the models under torch.autocast(bfloat16)")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
+    parser.add_argument("--loader-workers", default="0,2",
+                        help="comma-separated DataLoader worker counts for the loader rows ('' for none)")
+    parser.add_argument("--loader-batches", type=int, default=8,
+                        help="batches (of --batch-size) per timed loader epoch")
     parser.add_argument("--out", type=Path, default=RESULTS / "perf.md")
     return parser, parser.parse_args()
 
@@ -89,6 +99,10 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     mixed_counts = [int(n) for n in args.mixed_experts.split(",") if n.strip()]
+    loader_workers = [int(n) for n in args.loader_workers.split(",") if n.strip()]
+    if min(loader_workers, default=0) < 0 or args.loader_batches < 1:
+        parser.error(f"--loader-workers must be counts >= 0 and --loader-batches >= 1, got "
+                     f"{args.loader_workers!r} and {args.loader_batches}")
     mixed_batch = args.mixed_batch_size or max([args.batch_size, *mixed_counts])
     if mixed_counts and max(mixed_counts) > mixed_batch:
         parser.error(f"--mixed-batch-size {mixed_batch} cannot hold {max(mixed_counts)} experts")
@@ -170,6 +184,15 @@ def main() -> None:
     variants["CoLoR training step"] = Variant(color_step, setup=model.train)
     variants["full fine-tuning step"] = Variant(full_step)
 
+    # The data a training step needs: one epoch of a loader per timing, its workers kept between epochs.
+    data = resolve_data_config({}, model=plain)
+    photos = JPEGDataset(jpeg_photos(PHOTOS), args.loader_batches * args.batch_size,
+                         paper_train_transform(size[0], data["mean"], data["std"]), CLASSES)
+    loaders = {workers: training_loader(photos, args.batch_size, workers, device) for workers in loader_workers}
+    for workers, loader in loaders.items():
+        variants[f"loader epoch, {workers} {plural(workers, 'worker')}"] = Variant(
+            partial(load_epoch, loader, device), autocast=False)
+
     # Mixed batches of the R5 rows: ours and peft's, against the plain forward of the same batch.
     peft_note = ""
     if mixed_counts:
@@ -237,6 +260,21 @@ def main() -> None:
              ratio(lambda t, kind=kind: t[f"{kind} router fit (1000 samples)"] / (t["plain forward"] * 1000 / args.batch_size)),
              "", "< 0.02"),
         ]
+
+    step_rate = lambda t: args.batch_size / t["CoLoR training step"]  # noqa: E731
+    for workers in loader_workers:
+        loader_rate = lambda t, w=workers: len(photos) / t[f"loader epoch, {w} {plural(w, 'worker')}"]  # noqa: E731
+        rows += [
+            (f"loader, {workers} {plural(workers, 'worker')}",
+             f"loader images/s: {PHOTOS} JPEG photos {PHOTO_SIZE[0]}x{PHOTO_SIZE[1]} decoded, RandomResizedCrop("
+             f"{size[0]}), flip, normalise, batch {args.batch_size}", ratio(loader_rate), "", ""),
+            (f"loader / step, {workers} {plural(workers, 'worker')}",
+             "loader images/s / CoLoR training step images/s", ratio(lambda t, r=loader_rate: r(t) / step_rate(t)),
+             "", ">= 1"),
+        ]
+    if loader_workers:
+        rows.append(("training step", f"CoLoR training step images/s, batch {args.batch_size}",
+                     ratio(step_rate), "", ""))
 
     machine = (torch.cuda.get_device_name(device) if device.type == "cuda"
                else f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads")

@@ -1,11 +1,17 @@
-"""What the benchmark runs: a CoLoR model with trained-looking experts, peft's counterpart, memory counting."""
+"""What the benchmark runs: a CoLoR model with trained-looking experts, peft's counterpart, memory counting,
+and a training data loader over JPEG images made in memory."""
 
 from __future__ import annotations
 
-from typing import Callable
+import io
+from typing import Any, Callable, Sequence
 
+import numpy as np
 import torch
+from PIL import Image
 from torch import nn
+from torch.utils.data import DataLoader, Dataset
+from torchvision.transforms import v2
 
 from avalanche_color import ExpertViT
 
@@ -73,3 +79,61 @@ def training_memory(step: Callable[[], object], model: nn.Module, optimizer: tor
     gradients = sum(p.grad.nbytes for p in model.parameters() if p.grad is not None)
     state = sum(t.nbytes for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t))
     return activations + gradients + state
+
+
+# A typical photo of ImageNet or DomainNet (width, height); CIFAR's 32 px and CORe50's 128 px decode faster.
+PHOTO_SIZE = (500, 375)
+
+
+def jpeg_photos(count: int, size: tuple[int, int] = PHOTO_SIZE, seed: int = 0) -> list[bytes]:
+    """``count`` photo-like JPEGs (smooth colour fields with grain, quality 90), encoded in memory.
+
+    Pure noise would decode more slowly than photos, flat colour faster; this sits between.
+    """
+    generator = np.random.default_rng(seed)
+    width, height = size
+    photos = []
+    for _ in range(count):
+        coarse = Image.fromarray(generator.integers(0, 256, (height // 32, width // 32, 3), dtype=np.uint8))
+        smooth = np.asarray(coarse.resize(size, Image.BICUBIC), dtype=np.int16)
+        grain = generator.integers(-12, 13, smooth.shape, dtype=np.int16)
+        buffer = io.BytesIO()
+        Image.fromarray(np.clip(smooth + grain, 0, 255).astype(np.uint8)).save(buffer, format="JPEG", quality=90)
+        photos.append(buffer.getvalue())
+    return photos
+
+
+def paper_train_transform(image_size: int, mean: Sequence[float], std: Sequence[float]) -> v2.Compose:
+    """S-Prompts' training pipeline, which the paper adopts: RandomResizedCrop, flip, the backbone's normalisation."""
+    return v2.Compose([v2.RandomResizedCrop(image_size, antialias=True), v2.RandomHorizontalFlip(), v2.PILToTensor(),
+                       v2.ToDtype(torch.float32, scale=True), v2.Normalize(list(mean), list(std)), v2.ToPureTensor()])
+
+
+class JPEGDataset(Dataset):
+    """``length`` samples cycling over encoded photos; each is decoded and transformed when loaded."""
+
+    def __init__(self, photos: list[bytes], length: int, transform: Callable[[Image.Image], torch.Tensor],
+                 classes: int) -> None:
+        self.photos, self.length, self.transform, self.classes = photos, length, transform, classes
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        image = Image.open(io.BytesIO(self.photos[index % len(self.photos)])).convert("RGB")
+        return self.transform(image), index % self.classes
+
+
+def training_loader(dataset: Dataset, batch_size: int, workers: int, device: torch.device) -> DataLoader:
+    """A shuffling loader as a training run would use: ``workers`` processes kept between epochs,
+    pinned memory for CUDA."""
+    options: dict[str, Any] = dict(num_workers=workers, persistent_workers=workers > 0)
+    return DataLoader(dataset, batch_size=batch_size, shuffle=True, pin_memory=device.type == "cuda", **options)
+
+
+def load_epoch(loader: DataLoader, device: torch.device) -> int:
+    """Load every batch of one epoch onto ``device``; returns the number of images."""
+    images = 0
+    for batch, _ in loader:
+        images += len(batch.to(device, non_blocking=True))
+    return images

@@ -89,8 +89,6 @@ class L2PViT(DynamicModule):
         self.register_buffer("trained_classes", torch.zeros(0, dtype=torch.bool, device=device))
         self.register_buffer("current_classes", torch.zeros(0, dtype=torch.bool, device=device))
         self.max_class_label = 0  # one past the largest class id of any adapted experience
-        self.last_query: Optional[Tensor] = None
-        self.last_selection: Optional[Tensor] = None
 
     @property
     def num_classes(self) -> int:
@@ -152,16 +150,22 @@ class L2PViT(DynamicModule):
             return prompt_outputs(tokens, count, prefix).mean(dim=1)
         return self.backbone.forward_head(drop_prompts(tokens, count, prefix), pre_logits=True)
 
-    def forward(self, x: Tensor) -> Tensor:
-        """Global-class logits; the query and the chosen prompts stay in ``last_query``/``last_selection``."""
+    def select_prompts(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Each sample's query (:meth:`query`) and the (batch, top_n) pool prompts whose keys match it best."""
+        check_images(self.backbone, x)
+        query = self.query(x)
+        return query, self.pool.select(query, self.config.top_n)
+
+    def forward(self, x: Tensor, selection: Optional[Tensor] = None) -> Tensor:
+        """Global-class logits with ``selection``, (batch, top_n) pool prompt indices, or, when None,
+        those each sample selects (:meth:`select_prompts`)."""
         if not bool(self.trained_classes.any()):
             # Nothing learned yet (Avalanche evaluates once before the first training step):
             # like an untrained model, no preference among the classes.
             return x.new_zeros(x.shape[0], self.num_classes)
         check_images(self.backbone, x)
-        query = self.query(x)
-        selection = self.pool.select(query, self.config.top_n)
-        self.last_query, self.last_selection = query, selection
+        if selection is None:
+            selection = self.select_prompts(x)[1]
         logits = self.head(self.features(x, selection))
         allowed = self.current_classes if self.training and self.config.class_masking else self.trained_classes
         logits = logits.masked_fill(~allowed, float("-inf"))

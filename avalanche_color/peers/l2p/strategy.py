@@ -10,7 +10,7 @@ without prompts.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Optional
 
 import torch
 from torch import Tensor, nn
@@ -48,6 +48,9 @@ class L2P(ConfiguredStrategy):
 
     model: L2PViT
     config: L2PConfig
+    # In training: the batch's queries and (batch, top_n) selected prompts, for the surrogate loss.
+    mb_query: Optional[Tensor] = None
+    mb_selection: Optional[Tensor] = None
     config_class: ClassVar[type[L2PConfig]] = L2PConfig
     model_class: ClassVar[type[L2PViT]] = L2PViT
     incompatible_plugins = L2P_TABLE
@@ -70,10 +73,17 @@ class L2P(ConfiguredStrategy):
         self.optimizer = torch.optim.Adam(list(self.model.trainable_parameters()), lr=self.config.lr,
                                           betas=(0.9, 0.999))
 
+    def forward(self) -> Tensor:
+        """Training: select each sample's prompts (kept for the surrogate loss), then predict with them."""
+        if not self.is_training:
+            return self.model(self.mb_x)
+        self.mb_query, self.mb_selection = self.model.select_prompts(self.mb_x)
+        return self.model(self.mb_x, self.mb_selection)
+
     def criterion(self) -> Tensor:
         """Classification loss, plus in training the surrogate loss pulling the chosen keys to the queries."""
         loss = self._criterion(self.mb_output, self.mb_y)
         weight = self.config.surrogate_weight
         if self.is_training and weight:
-            loss = loss + weight * self.model.pool.surrogate_loss(self.model.last_query, self.model.last_selection)
+            loss = loss + weight * self.model.pool.surrogate_loss(self.mb_query, self.mb_selection)
         return loss

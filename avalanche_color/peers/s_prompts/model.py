@@ -7,7 +7,6 @@ token sequence (:mod:`avalanche_color.peers.prompts`) instead of LoRA matrices.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any, Optional
 
 import torch
@@ -45,6 +44,7 @@ class PromptExpertViT(RoutedExpertViT):
     """
 
     config: PromptOptions
+    expert_shape_options = ("prompt_length",)
 
     def __init__(self, vit: nn.Module, config: Optional[PromptOptions] = None, /, **options: Any) -> None:
         super().__init__(vit, PromptOptions.build(config, **options))
@@ -54,12 +54,12 @@ class PromptExpertViT(RoutedExpertViT):
     def prompt_length(self) -> int:
         return self.config.prompt_length
 
-    def _add_expert_modules(self) -> None:
-        self.prompts.append(PromptTokens(self.prompt_length, prompt_width(self.backbone)).to(self.device))
+    def expert_slots(self) -> list[nn.ModuleList]:
+        """The experts' prompt tokens."""
+        return [self.prompts]
 
-    def expert_modules(self, expert: int) -> Iterator[nn.Module]:
-        """The expert's prompt tokens."""
-        yield self.prompts[expert]
+    def new_expert_modules(self) -> list[nn.Module]:
+        return [PromptTokens(self.prompt_length, prompt_width(self.backbone))]
 
     def features(self, x: Tensor, experts: ExpertSelection = None) -> Tensor:
         """The pooled ([CLS]) features after the final norm with the experts' prompts."""
@@ -76,13 +76,6 @@ class PromptExpertViT(RoutedExpertViT):
             self.prompts[expert].tokens.expand(run.stop - run.start, -1, -1)
             for expert, run in _bounded(experts, batch_size)
         ])
-
-    def _check_stored_experts(self, state_dict: dict, prefix: str) -> None:
-        key = prefix + "prompts.0.tokens"
-        if key in state_dict and state_dict[key].shape[0] != self.prompt_length:
-            raise ValueError(
-                f"state has prompt length {state_dict[key].shape[0]}, this model has {self.prompt_length}"
-            )
 
 
 def _bounded(segments: Segments, batch_size: int) -> Segments:
