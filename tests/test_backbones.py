@@ -97,3 +97,87 @@ def test_an_installed_package_carries_its_backbones(tmp_path):
     for file in ("vit_digits_16px.pt", "vit_tinyimagenet100_32px.pt"):
         assert f"avalanche_color/backbones/{file}" in names
     assert not [name for name in names if name.startswith("benchmarks/")]
+
+
+# --- --backbone: weights files with --architecture, random weights, no network ---------------------
+
+
+@pytest.fixture(scope="module")
+def registered_vit():
+    """A timm ViT of a registered shape (a state dict file is built by its architecture's name), seeded."""
+    torch.manual_seed(0)
+    return timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=3).eval()
+
+
+@pytest.mark.parametrize("file_name, nesting", [("model.safetensors", None), ("pytorch_model.bin", None),
+                                                ("weights.pt", "state_dict"), ("ddp.pth", "module.")])
+def test_a_timm_state_dict_file_loads_with_its_architecture(file_name, nesting, registered_vit, tmp_path):
+    from safetensors.torch import save_file
+
+    state = registered_vit.state_dict()
+    path = tmp_path / file_name
+    if file_name.endswith(".safetensors"):  # the format of timm's files on the Hugging Face hub
+        save_file({key: value.contiguous() for key, value in state.items()}, path)
+    elif nesting == "module.":  # a DistributedDataParallel model's state dict
+        torch.save({f"module.{key}": value for key, value in state.items()}, path)
+    else:
+        torch.save({nesting: state} if nesting else state, path)
+    loaded = load_backbone(path, architecture="vit_tiny_patch16_224")
+    x = torch.randn(2, 3, 224, 224)
+    with torch.no_grad():
+        assert torch.equal(loaded(x), registered_vit.forward_head(registered_vit.forward_features(x), pre_logits=True))
+    assert loaded.num_classes == 0 and not loaded.training
+
+
+def test_a_state_dict_of_another_architecture_or_none_is_refused_naming_the_file(registered_vit, tmp_path):
+    torch.save(registered_vit.state_dict(), tmp_path / "tiny.pth")
+    with pytest.raises(ValueError, match=r"tiny.pth' does not hold a timm vit_small_patch16_224 state dict: .*"
+                                         r"0 unexpected .* of another shape"):
+        load_backbone(tmp_path / "tiny.pth", architecture="vit_small_patch16_224")
+    with pytest.raises(ValueError, match=r"architecture must be a timm model name .*, got 'vit_nope'"):
+        load_backbone(tmp_path / "tiny.pth", architecture="vit_nope")
+    with pytest.raises(ValueError, match=r"plain state dict: pass its timm architecture \(--architecture NAME"):
+        load_backbone(tmp_path / "tiny.pth")
+    torch.save([1, 2], tmp_path / "list.pt")
+    with pytest.raises(ValueError, match="list.pt' holds no state dict"):
+        load_backbone(tmp_path / "list.pt", architecture="vit_tiny_patch16_224")
+    with pytest.raises(FileNotFoundError, match="backbone weights file .*missing.safetensors' does not exist"):
+        load_backbone(tmp_path / "missing.safetensors")
+
+
+def test_random_weights_on_request_have_the_architectures_shape_and_normalisation():
+    torch.manual_seed(0)
+    first = load_backbone("random:vit_tiny_patch16_224.augreg_in21k")
+    second = load_backbone("random:vit_tiny_patch16_224.augreg_in21k")
+    assert first.embed_dim == 192 and first.num_classes == 0 and len(first.blocks) == 12
+    assert not torch.equal(first.blocks[0].attn.qkv.weight, second.blocks[0].attn.qkv.weight)  # drawn, not loaded
+    assert data_config(first)["mean"] == (0.5, 0.5, 0.5)  # the tag's cfg
+    with pytest.raises(ValueError, match=r"architecture must be a timm model name .*, got 'vit_nope'"):
+        load_backbone("random:vit_nope")
+
+
+def test_without_network_or_cache_one_line_says_what_to_pass_at_once(tmp_path, monkeypatch, capsys):
+    import time
+
+    import huggingface_hub.constants
+
+    import benchmarks.backbones as backbones
+    from benchmarks.compare import __main__ as runner
+    from benchmarks.compare.__main__ import main
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setattr(backbones, "_hub_reachable", lambda endpoint: False)
+    start = time.perf_counter()
+    with pytest.raises(backbones.BackboneUnavailable) as error:
+        load_backbone("vit_tiny_patch16_224.augreg_in21k")
+    assert time.perf_counter() - start < 10
+    message = str(error.value)
+    assert "\n" not in message and "not in the Hugging Face cache" in message and "cannot be reached" in message
+    assert "--backbone FILE --architecture vit_tiny_patch16_224.augreg_in21k" in message
+    assert "--backbone random:vit_tiny_patch16_224.augreg_in21k" in message
+    assert huggingface_hub.constants.HF_HUB_OFFLINE is False  # put back
+    monkeypatch.setattr(runner, "SCRATCH", tmp_path / "runs")
+    with pytest.raises(SystemExit) as exit_:
+        main(["--benchmark", "digits_class", "--backbone", "vit_tiny_patch16_224.augreg_in21k", "--loggers"])
+    assert str(exit_.value) == f"python -m benchmarks.compare: error: {message}"
+    assert not (tmp_path / "runs").exists()  # refused before the output folder is made

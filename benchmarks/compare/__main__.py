@@ -14,6 +14,7 @@ import torch
 from avalanche.distributed import DistributedHelper
 
 from avalanche_color.training.distributed import is_distributed
+from benchmarks.backbones import BackboneUnavailable
 from benchmarks.compare import runner
 from benchmarks.compare.config import LOGGERS, NORMALISATIONS, RESULTS, SCRATCH, ComparisonConfig
 from benchmarks.compare.methods import METHODS
@@ -35,7 +36,14 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
                              "flags given override it")
     parser.add_argument("--epochs", type=int, help=f"default: {ComparisonConfig.epochs}")
     parser.add_argument("--batch-size", type=int, help=f"default: {ComparisonConfig.batch_size}")
-    parser.add_argument("--backbone", help="timm name, checkpoint file, 'offline' or 'digits' (default: the benchmark's)")
+    parser.add_argument("--backbone",
+                        help="a pretrained timm name (from the Hugging Face cache or hub), a weights file (a file "
+                             "save_backbone wrote, or a timm state dict .pth/.pt/.bin/.safetensors with "
+                             "--architecture), 'random:<timm name>' for random weights, 'offline' or 'digits' "
+                             "(default: the benchmark's)")
+    parser.add_argument("--architecture",
+                        help="the timm model name that builds a state dict given as --backbone FILE, "
+                             "e.g. vit_base_patch16_224.augreg_in21k")
     parser.add_argument("--data", type=Path, help="the data set's zip or folder (default: the benchmark's)")
     parser.add_argument("--rank", nargs="+", type=int, help=f"default: {ComparisonConfig.ranks[0]}")
     parser.add_argument("--k", nargs="+", type=int, help="prototypes per experience (default: the paper's rule)")
@@ -72,7 +80,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     hide_avalanche_deprecations()
     command = "python -m benchmarks.compare " + shlex.join(sys.argv[1:] if argv is None else argv)
     # The settings a preset may give: only those given on the command line go over the preset's.
-    given = dict(epochs=args.epochs, batch_size=args.batch_size, backbone=args.backbone,
+    given = dict(epochs=args.epochs, batch_size=args.batch_size, backbone=args.backbone, architecture=args.architecture,
                  ranks=tuple(args.rank) if args.rank else None, ks=tuple(args.k) if args.k else None,
                  color_lr=args.color_lr, weight_decay=args.weight_decay, normalisation=args.normalisation)
     try:
@@ -94,6 +102,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     main_process = DistributedHelper.is_main_process  # read before the process group goes
     try:
         result = run_comparison(config, progress=main_process)
+    except BackboneUnavailable as error:  # one line saying what to pass, no traceback from the hub
+        sys.exit(f"python -m benchmarks.compare: error: {error}")
     finally:
         if is_distributed():
             torch.distributed.destroy_process_group()

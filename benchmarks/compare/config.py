@@ -43,10 +43,12 @@ class ComparisonConfig(Options):
     ``runs/<benchmark>`` (a scratch folder git ignores; the committed tables under
     ``benchmarks/results/`` change only when a command names them, see ``--publish``).
 
-    ``ridge_width`` is the random features M of RanPAC and of the ridge routers (their M³ solve
-    after each experience is most of their cost). ``normalisation``: the images' mean and std,
-    the backbone's own or ImageNet's (:data:`NORMALISATIONS`). ``weight_decay`` goes to every method's SGD
-    (None: each method's own, see
+    ``backbone`` is what :func:`~benchmarks.backbones.load_backbone` takes (a timm name, a weights
+    file, ``random:<timm name>``, ``offline``, ``digits``); ``architecture`` the timm name that
+    builds a plain state dict file. ``ridge_width`` is the random features M of RanPAC and of the
+    ridge routers (their M³ solve after each experience is most of their cost). ``normalisation``:
+    the images' mean and std, the backbone's own or ImageNet's (:data:`NORMALISATIONS`).
+    ``weight_decay`` goes to every method's SGD (None: each method's own, see
     :class:`~benchmarks.compare.methods.Hyperparameters`). ``preset`` names the preset the
     settings came from (:mod:`benchmarks.compare.presets`; :meth:`from_preset` applies one);
     ``preset_settings`` records its values. Every field is checked on construction, as the
@@ -61,6 +63,7 @@ class ComparisonConfig(Options):
     epochs: int = option(5, check_positive_int)
     batch_size: int = option(64, check_positive_int)
     backbone: Optional[str] = option(None, optional(check_str))
+    architecture: Optional[str] = option(None, optional(check_str))
     data: Optional[Path] = option(None, optional(check_path))
     ranks: tuple[int, ...] = option((8,), each(check_positive_int))
     ks: Optional[tuple[int, ...]] = option(None, optional(each(check_positive_int)))

@@ -66,15 +66,14 @@ def run_comparison(config: ComparisonConfig, progress: bool = True) -> dict[str,
     main_process = DistributedHelper.is_main_process  # True when not distributed
     progress = progress and main_process
     out = config.output_folder
-    if main_process:
-        out.mkdir(parents=True, exist_ok=True)
     if is_distributed():  # each rank's own device (cuda:<rank> or cpu)
         device = str(DistributedHelper.make_device())
     else:
         device = config.device if config.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-    backbone = load_backbone(config.backbone or spec.backbone)
+    backbone = load_backbone(config.backbone or spec.backbone, architecture=config.architecture)
     produced_by = provenance(config, backbone, device)
-    if main_process:
+    if main_process:  # the folder is made once the backbone is there: a refused one leaves nothing behind
+        out.mkdir(parents=True, exist_ok=True)
         claim_folder(out, produced_by, config.resume)
     plan = plan_runs(config, spec)
     streams: dict[tuple[int, bool], Any] = {}
