@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from avalanche_color import CoLoR, SPrompts, fit_prototypes
+from avalanche_color import L2P, CoLoR, SPrompts, fit_prototypes
 from avalanche_color.experts.backbone import backbone_images
 from helpers import quiet_evaluator
 from streams import domain_stream, tiny_vit
@@ -87,3 +87,19 @@ def test_prototypes_of_bfloat16_features_are_float32_kmeans_of_them():
     centres = fit_prototypes(features, 4)
     assert centres.dtype == torch.float32
     torch.testing.assert_close(centres, fit_prototypes(features.float(), 4))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64])
+def test_l2p_pool_and_head_follow_the_backbone_dtype(dtype, benchmark, one_thread):
+    strategy = L2P(tiny_vit(0).to(dtype), pool_size=4, prompt_length=2, top_n=2, train_epochs=1, train_mb_size=16,
+                   eval_mb_size=64, evaluator=quiet_evaluator())
+    for experience in benchmark.train_stream:
+        strategy.train(experience)
+    model = strategy.model.eval()
+    assert {p.dtype for p in model.parameters()} == {dtype}
+    images, _ = labelled_test_images(benchmark)  # float32 images, converted by the model
+    with torch.no_grad():
+        logits = model(images)
+    trained_classes = model.trained_classes
+    assert logits.dtype == dtype
+    assert bool(logits[:, trained_classes].isfinite().all()) and bool((logits[:, ~trained_classes] == float("-inf")).all())

@@ -15,7 +15,7 @@ from avalanche.models import DynamicModule
 from torch import Tensor, nn
 
 from avalanche_color.config import L2PModelOptions
-from avalanche_color.experts.backbone import check_images, check_vision_transformer
+from avalanche_color.experts.backbone import backbone_dtype, backbone_images, check_images, check_vision_transformer
 from avalanche_color.peers.l2p.prompt_pool import PromptPool
 from avalanche_color.peers.prompts import drop_prompts, prompt_outputs, prompt_width, prompted_tokens
 from avalanche_color.utils.experiences import experience_classes
@@ -81,11 +81,12 @@ class L2PViT(DynamicModule):
         check_vision_transformer(vit)
         self.config = config = L2PModelOptions.build(config, **options)
         self.backbone = vit.requires_grad_(False).eval()
-        device = vit.patch_embed.proj.weight.device
+        device, dtype = vit.patch_embed.proj.weight.device, backbone_dtype(vit)
+        # The pool and the head compute in the backbone's dtype (bfloat16, float64, ...).
         self.pool = PromptPool(config.pool_size, config.prompt_length, prompt_width(vit), int(vit.num_features),
-                               config.prompt_init).to(device)
+                               config.prompt_init).to(device, dtype)
         head_width = prompt_width(vit) if config.head_input == "prompts" else int(vit.num_features)
-        self.head = GrowingHead(head_width).to(device)  # grows with the classes trained
+        self.head = GrowingHead(head_width).to(device, dtype)  # grows with the classes trained
         self.register_buffer("trained_classes", torch.zeros(0, dtype=torch.bool, device=device))
         self.register_buffer("current_classes", torch.zeros(0, dtype=torch.bool, device=device))
         self.max_class_label = 0  # one past the largest class id of any adapted experience
@@ -152,7 +153,7 @@ class L2PViT(DynamicModule):
 
     def select_prompts(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """Each sample's query (:meth:`query`) and the (batch, top_n) pool prompts whose keys match it best."""
-        check_images(self.backbone, x)
+        x = backbone_images(self.backbone, x)
         query = self.query(x)
         return query, self.pool.select(query, self.config.top_n)
 
@@ -163,7 +164,7 @@ class L2PViT(DynamicModule):
             # Nothing learned yet (Avalanche evaluates once before the first training step):
             # like an untrained model, no preference among the classes.
             return x.new_zeros(x.shape[0], self.num_classes)
-        check_images(self.backbone, x)
+        x = backbone_images(self.backbone, x)
         if selection is None:
             selection = self.select_prompts(x)[1]
         logits = self.head(self.features(x, selection))
