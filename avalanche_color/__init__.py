@@ -54,7 +54,7 @@ from avalanche_color.training.data_checks import DataChecksPlugin
 from avalanche_color.training.resume import CheckpointPlugin, train_stream
 from avalanche_color.training.router_plugin import PrototypeRouterPlugin
 from avalanche_color.training.template import RoutedExpertsTemplate
-from avalanche_color.version import __version__
+from avalanche_color.version import __version__ as __version__  # re-exported
 
 __all__ = [
     "CheckpointError",

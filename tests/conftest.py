@@ -3,7 +3,6 @@ import warnings
 from pathlib import Path
 
 import pytest
-import timm
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -15,13 +14,9 @@ TINY_VIT = dict(img_size=16, patch_size=4, embed_dim=32, depth=2, num_heads=2)
 @pytest.fixture(scope="session")
 def tiny_backbone(tmp_path_factory) -> str:
     """A seeded 2-block timm ViT for 16 px images, saved as a backbone checkpoint file."""
-    from benchmarks.backbones import save_backbone
+    from helpers import saved_vit
 
-    torch.manual_seed(0)
-    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=0, **TINY_VIT)
-    path = tmp_path_factory.mktemp("backbone") / "tiny_vit.pt"
-    save_backbone(model, path, architecture="vit_tiny_patch16_224", model_kwargs=TINY_VIT)
-    return str(path)
+    return saved_vit(tmp_path_factory.mktemp("backbone") / "tiny_vit.pt", **TINY_VIT)
 
 
 @pytest.fixture

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import timm
 import torch
 from avalanche.evaluation.metrics import accuracy_metrics
 from avalanche.training import Naive
@@ -10,6 +13,16 @@ from avalanche.training.plugins import EvaluationPlugin
 from avalanche_color import CoLoR, routing_accuracy_metrics
 from streams import tiny_vit
 
+
+
+def saved_vit(path: Path, **vit_options) -> str:
+    """A seeded timm ViT with ``vit_options`` (its size) saved as a backbone file at ``path``."""
+    from benchmarks.backbones import save_backbone
+
+    torch.manual_seed(0)
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=0, **vit_options)
+    save_backbone(model, path, architecture="vit_tiny_patch16_224", model_kwargs=vit_options)
+    return str(path)
 
 
 def stream_metric(results: dict, metric: str) -> float:

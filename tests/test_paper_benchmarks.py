@@ -9,14 +9,12 @@ import math
 from pathlib import Path
 
 import pytest
-import timm
-import torch
 
-from benchmarks.backbones import save_backbone
 from benchmarks.compare import ComparisonConfig, run_comparison
 from benchmarks.compare.config import methods_allowed
 from benchmarks.compare.methods import METHODS
 from benchmarks.streams.paper import DOMAINNET_DOMAINS
+from helpers import saved_vit
 from paper_data import use_md5_sums, write_cifar100, write_core50, write_domainnet
 
 SMALL_VIT = dict(img_size=32, patch_size=16, embed_dim=16, depth=1, num_heads=2)
@@ -25,11 +23,7 @@ SMALL_VIT = dict(img_size=32, patch_size=16, embed_dim=16, depth=1, num_heads=2)
 @pytest.fixture(scope="module")
 def small_backbone(tmp_path_factory) -> str:
     """A seeded 1-block timm ViT for 32 px images (the fake data sets' size), saved as a backbone file."""
-    torch.manual_seed(0)
-    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=0, **SMALL_VIT)
-    path = tmp_path_factory.mktemp("backbone") / "small_vit.pt"
-    save_backbone(model, path, architecture="vit_tiny_patch16_224", model_kwargs=SMALL_VIT)
-    return str(path)
+    return saved_vit(tmp_path_factory.mktemp("backbone") / "small_vit.pt", **SMALL_VIT)
 
 
 def fake_data(benchmark: str, root: Path, monkeypatch) -> Path:

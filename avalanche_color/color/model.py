@@ -8,7 +8,6 @@ block's ``attn.qkv``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any, Optional
 
 from timm.models.vision_transformer import Attention, Block
