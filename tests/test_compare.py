@@ -165,7 +165,7 @@ def test_forgetting_is_avalanches_stream_forgetting_also_for_a_test_stream_unlik
     strategy = Naive(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.5), train_epochs=3,
                      criterion=torch.nn.CrossEntropyLoss(),
                      evaluator=EvaluationPlugin(accuracy_metrics(experience=True), forgetting_metrics(stream=True)))
-    evaluate = evaluate_whole_stream(benchmark)
+    evaluate = evaluate_whole_stream(benchmark, {})
     matrix = []
     for index, experience in enumerate(benchmark.train_stream):
         strategy.train(experience)

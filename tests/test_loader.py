@@ -89,14 +89,15 @@ def test_loader_options_show_in_the_signature_with_safe_defaults(strategy_class)
     assert defaults == {"num_workers": 0, "pin_memory": None, "persistent_workers": False}
 
 
-def test_the_comparison_runner_gives_its_workers_to_the_strategies():
-    from benchmarks.compare.config import ComparisonConfig
-    from benchmarks.compare.methods import Budget, Hyperparameters, build_strategy
+@pytest.mark.parametrize("method", ["CoLoR", "Naive", "NCM", "RanPAC", "Joint-FT"])
+def test_the_comparison_runner_gives_its_workers_to_every_loader_of_every_method(method, tiny_backbone, tmp_path,
+                                                                                   loaded, one_thread):
+    from benchmarks.compare import ComparisonConfig, run_comparison
 
-    for method in ("CoLoR", "S-Prompts", "L2P"):
-        strategy = build_strategy(method, lambda classes: tiny_vit(0, num_classes=classes), 4, Budget(workers=2),
-                                  Hyperparameters(color_rank=2))
-        assert (strategy.config.num_workers, strategy.config.persistent_workers) == (2, True)
+    run_comparison(ComparisonConfig(benchmark="digits_class", methods=(method,), epochs=1, batch_size=64,
+                                    backbone=tiny_backbone, out=tmp_path, ranks=(2,), ridge_width=64, workers=2),
+                   progress=False)
+    assert loaded and {workers for workers, _, _ in loaded} == {2}
     with pytest.raises(ValueError, match="workers must be an integer >= 0, got -1"):
         ComparisonConfig(benchmark="digits_class", workers=-1)
 

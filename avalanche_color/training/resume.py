@@ -17,6 +17,7 @@ plugins and call :meth:`CheckpointPlugin.resume` before training.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
@@ -182,6 +183,7 @@ def train_stream(
     every_n_epochs: Optional[int] = None,
     resume: bool = True,
     evaluate: Optional[Evaluate] = None,
+    loader_options: Optional[Mapping[str, Any]] = None,
 ) -> list[Record]:
     """Train on every experience of ``benchmark.train_stream`` in order, evaluating after each.
 
@@ -199,16 +201,21 @@ def train_stream(
         resume: continue from an existing checkpoint file; False starts over.
         evaluate: ``evaluate(strategy, index)`` after training experience ``index``
             gives that experience's record (JSON-able); by default the numeric
-            metrics of ``strategy.eval(benchmark.test_stream[: index + 1])``.
+            metrics of ``strategy.eval(benchmark.test_stream[: index + 1], **loader_options)``.
+        loader_options: keywords of every ``strategy.train`` call and of the default evaluation
+            (Avalanche's ``num_workers``, ``pin_memory``, ``persistent_workers``), so that any
+            Avalanche strategy loads its data as the package's strategies do with their options.
 
     Returns:
         one record per training experience, those restored from the checkpoint included.
     """
-    evaluate = evaluate or _evaluate_seen(benchmark)
+    loader_options = dict(loader_options or {})
+    evaluate = evaluate or _evaluate_seen(benchmark, loader_options)
     stream = benchmark.train_stream
     plugin = _checkpoint_plugin(checkpoint, every_n_epochs)
     if plugin is None:
-        return [_train_and_evaluate(strategy, experience, index, evaluate) for index, experience in enumerate(stream)]
+        return [_train_and_evaluate(strategy, experience, index, evaluate, loader_options)
+                for index, experience in enumerate(stream)]
     if any(p is plugin for p in strategy.plugins):
         raise ValueError("checkpoint must not already be one of the strategy's plugins: train_stream adds it")
     stream_classes = [sorted(int(c) for c in e.classes_in_this_experience) for e in stream]
@@ -223,7 +230,7 @@ def train_stream(
     try:
         for index, experience in enumerate(stream):
             if index >= plugin.experiences_done:
-                strategy.train(experience)
+                strategy.train(experience, **loader_options)
             if index >= len(plugin.records):  # also an experience saved before its evaluation
                 plugin.records.append(evaluate(strategy, index))
                 plugin.experiences_done = index + 1
@@ -233,14 +240,15 @@ def train_stream(
     return list(plugin.records)
 
 
-def _train_and_evaluate(strategy: "SupervisedTemplate", experience: Any, index: int, evaluate: Evaluate) -> Record:
-    strategy.train(experience)
+def _train_and_evaluate(strategy: "SupervisedTemplate", experience: Any, index: int, evaluate: Evaluate,
+                        loader_options: Mapping[str, Any]) -> Record:
+    strategy.train(experience, **loader_options)
     return evaluate(strategy, index)
 
 
-def _evaluate_seen(benchmark: Any) -> Evaluate:
+def _evaluate_seen(benchmark: Any, loader_options: Mapping[str, Any]) -> Evaluate:
     def evaluate(strategy: "SupervisedTemplate", index: int) -> Record:
-        metrics = strategy.eval(benchmark.test_stream[: index + 1])
+        metrics = strategy.eval(benchmark.test_stream[: index + 1], **loader_options)
         return {name: value for name, value in metrics.items()
                 if isinstance(value, (int, float)) and not isinstance(value, bool)}
     return evaluate

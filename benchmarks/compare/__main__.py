@@ -62,7 +62,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     parser.add_argument("--train-per-class", type=int, help="subsample the training data (split_tiny_imagenet)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--workers", type=int, default=ComparisonConfig.workers,
-                        help="DataLoader workers of CoLoR, S-Prompts and L2P (default: 0, loading in this process)")
+                        help="DataLoader worker processes of every method (default: 0, loading in this process)")
     parser.add_argument("--name", help="output folder under runs/ (default: the benchmark)")
     parser.add_argument("--publish", action="store_true",
                         help="write under benchmarks/results/ (the committed results the README's tables come "

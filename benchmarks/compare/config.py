@@ -53,7 +53,7 @@ class ComparisonConfig(Options):
     settings came from (:mod:`benchmarks.compare.presets`; :meth:`from_preset` applies one);
     ``preset_settings`` records its values. Every field is checked on construction, as the
     strategies' options are (:mod:`avalanche_color.config`). ``workers``: DataLoader worker processes
-    of CoLoR, S-Prompts and L2P (training, prototype fitting, evaluation; persistent when > 0).
+    of every method (training, prototype fitting, feature passes, evaluation; persistent when > 0).
     """
 
     benchmark: str = option(MISSING, one_of(sorted(BENCHMARKS)))

@@ -54,13 +54,12 @@ METHODS = (*COLOR_ROUTING, *PROMPT_METHODS, *BASELINES)
 
 @dataclass(frozen=True)
 class Budget:
-    """What every method gets: epochs and batch size per experience, a device, and DataLoader
-    worker processes (CoLoR, S-Prompts and L2P; Avalanche's baselines load in the training process)."""
+    """What every method gets: epochs and batch size per experience, and a device (the DataLoader
+    workers reach every method through its ``train``/``eval`` calls, see ``run.py``)."""
 
     epochs: int = 5
     batch_size: int = 32
     device: str = "cpu"
-    workers: int = 0
 
 
 @dataclass(frozen=True)
@@ -121,17 +120,16 @@ def build_strategy(
                   eval_mb_size=256, device=budget.device, evaluator=evaluator(loggers or ()))
     decay = {} if hp.weight_decay is None else {"weight_decay": hp.weight_decay}
     prototypes = dict(k=hp.color_k, prototypes_per_class=hp.prototypes_per_class)
-    loaders = dict(num_workers=budget.workers, persistent_workers=budget.workers > 0)
     if method in COLOR_ROUTING:
         ridge = {"router_width": hp.ridge_width} if COLOR_ROUTING[method].get("router") == "ridge" else {}
         return CoLoR(backbone(0), rank=hp.color_rank, lr=hp.color_lr, **COLOR_ROUTING[method],
-                     **prototypes, **ridge, **decay, **loaders, **common)
+                     **prototypes, **ridge, **decay, **common)
     if method == "S-Prompts":
         return SPrompts(backbone(0), prompt_length=hp.s_prompts_length, lr=hp.color_lr, **prototypes, **decay,
-                        **loaders, **common)
+                        **common)
     if method == "L2P":
         return L2P(backbone(0), pool_size=hp.l2p_pool_size, prompt_length=hp.l2p_prompt_length,
-                   top_n=hp.l2p_top_n, lr=hp.l2p_lr, **loaders, **common)
+                   top_n=hp.l2p_top_n, lr=hp.l2p_lr, **common)
     if method == "NCM":
         vit, ncm = backbone(0).requires_grad_(False), SeenClassesNCM(normalize=True)
         # No forward in training: the NCM is both classifiers.
@@ -271,7 +269,7 @@ class ClassMeanUpdate(SupervisedPlugin):
 
     def after_training_exp(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
         model = strategy.model
-        for features, y in experience_features(strategy, model.feature_extractor):
+        for features, y in experience_features(strategy, model.feature_extractor, kwargs):
             features = nn.functional.normalize(features, dim=-1)
             for label in y.unique().tolist():
                 self.sums[label] = self.sums.get(label, 0) + features[y == label].sum(dim=0)

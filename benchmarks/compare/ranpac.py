@@ -54,5 +54,5 @@ class RidgeUpdate(SupervisedPlugin):
 
     def after_training_exp(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
         model: RanPACModel = strategy.model
-        features, labels = zip(*experience_features(strategy, model.backbone))
+        features, labels = zip(*experience_features(strategy, model.backbone, kwargs))
         model.ridge.fit(torch.cat(features), torch.cat(labels), keep=True)

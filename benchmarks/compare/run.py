@@ -62,12 +62,15 @@ def run_method(method: str, label: str, seed: int, rank: int, k: int, benchmark,
         # expert for a future task, and after the last one this is the whole test stream. A test
         # stream not paired with the training stream (CORe50's one test set) is evaluated whole.
         checkpoint = out / "checkpoints" / f"{name}.ckpt" if method in COLOR_ROUTING and main_process else None
+        # Every method, Avalanche's strategies too, loads with --workers worker processes.
+        loaders = dict(num_workers=config.workers, persistent_workers=config.workers > 0)
         if method in JOINT:
-            records = [train_jointly(strategy, benchmark)]
+            records = [train_jointly(strategy, benchmark, loaders)]
         else:
+            evaluate = None if spec.paired_test_stream else evaluate_whole_stream(benchmark, loaders)
             records = train_stream(strategy, benchmark, checkpoint=checkpoint, resume=config.resume,
                                    every_n_epochs=config.checkpoint_epochs if checkpoint else None,
-                                   evaluate=None if spec.paired_test_stream else evaluate_whole_stream(benchmark))
+                                   evaluate=evaluate, loader_options=loaders)
         # A joint run's matrix is one row (after its one training, every experience): its average
         # accuracy is over the whole test stream, its forgetting 0, and the plot draws it as a level.
         matrix = [_per_experience(metrics, "Top1_Acc_Exp", count) for metrics in records]
@@ -94,17 +97,17 @@ def run_method(method: str, label: str, seed: int, rank: int, k: int, benchmark,
     return run
 
 
-def train_jointly(strategy, benchmark) -> dict[str, float]:
+def train_jointly(strategy, benchmark, loader_options: dict[str, Any]) -> dict[str, float]:
     """Train on all experiences at once (JointTraining), then evaluate on the whole test stream."""
-    strategy.train(benchmark.train_stream)
-    return evaluate_whole_stream(benchmark)(strategy, 0)
+    strategy.train(benchmark.train_stream, **loader_options)
+    return evaluate_whole_stream(benchmark, loader_options)(strategy, 0)
 
 
-def evaluate_whole_stream(benchmark) -> Callable[[Any, int], dict[str, float]]:
+def evaluate_whole_stream(benchmark, loader_options: dict[str, Any]) -> Callable[[Any, int], dict[str, float]]:
     """``train_stream``'s evaluation on the whole test stream after every training experience:
-    the numeric metrics of ``strategy.eval(benchmark.test_stream)``."""
+    the numeric metrics of ``strategy.eval(benchmark.test_stream, **loader_options)``."""
     def evaluate(strategy, index: int) -> dict[str, float]:
-        metrics = strategy.eval(benchmark.test_stream)
+        metrics = strategy.eval(benchmark.test_stream, **loader_options)
         return {name: value for name, value in metrics.items()
                 if isinstance(value, (int, float)) and not isinstance(value, bool)}
     return evaluate

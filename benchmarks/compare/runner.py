@@ -89,7 +89,7 @@ def run_comparison(config: ComparisonConfig, progress: bool = True) -> dict[str,
                                  weight_decay=config.weight_decay,
                                  prototypes_per_class=config.prototypes_per_class, ridge_width=config.ridge_width)
             runs.append(run_method(method, label, seed, rank, k, streams[key], spec, backbone,
-                                   Budget(config.epochs, config.batch_size, device, config.workers), hp, config, out))
+                                   Budget(config.epochs, config.batch_size, device), hp, config, out))
             bar.update()
 
     result = {"config": config_record(config), "device": describe_machine(device),
