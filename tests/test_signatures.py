@@ -3,6 +3,7 @@ read from the config that declares it; configs take keywords only."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import inspect
 import pydoc
@@ -60,3 +61,20 @@ def test_configs_take_keywords_only(config_class):
     with pytest.raises(TypeError, match="positional"):
         config_class(8)
     assert config_class() == config_class(**{f.name: f.default for f in dataclasses.fields(config_class) if f.init})
+
+
+@pytest.mark.parametrize("strategy, config_class", STRATEGIES)
+def test_editors_see_every_option_in_the_committed_type_stub(strategy, config_class):
+    # Editors read the .pyi beside the module: it must be what the generator writes from the config today.
+    from avalanche_color.signature_stubs import stub_path, stub_source
+
+    committed = stub_path(strategy).read_text()
+    assert committed == stub_source(strategy), (
+        f"{stub_path(strategy).name} of {strategy.__name__} is out of date: run python -m avalanche_color.signature_stubs")
+    [stub_class] = [node for node in ast.parse(committed).body if isinstance(node, ast.ClassDef)]
+    [init] = [node for node in stub_class.body if isinstance(node, ast.FunctionDef) and node.name == "__init__"]
+    keyword_only = [argument.arg for argument in init.args.kwonlyargs]
+    assert keyword_only == [f.name for f in dataclasses.fields(config_class)] + AVALANCHE_KEYWORDS
+    assert [a.arg for a in init.args.args] == ["self", "model", "config"] and init.args.kwarg.arg == "kwargs"
+    defaults = dict(zip(keyword_only, init.args.kw_defaults))
+    assert all(ast.literal_eval(defaults[f.name]) == f.default for f in dataclasses.fields(config_class))
