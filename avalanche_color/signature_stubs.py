@@ -62,8 +62,8 @@ class _Source:
             return f"{self.name('typing', 'ClassVar')}[{self.annotation(args[0])}]"
         if origin is collections.abc.Callable:
             parameters, result = args
-            return f"{self.name('typing', 'Callable')}[[{', '.join(map(self.annotation, parameters))}], " \
-                   f"{self.annotation(result)}]"
+            listed = ", ".join(map(self.annotation, parameters))
+            return f"{self.name('typing', 'Callable')}[[{listed}], {self.annotation(result)}]"
         if origin is not None:
             return f"{self.annotation(origin)}[{', '.join(self.annotation(a) for a in args)}]"
         if annotation.__module__ == "builtins":
@@ -81,7 +81,8 @@ def stub_source(strategy: type) -> str:
     source = _Source(reserved=set(signature.parameters))
     bases = ", ".join(source.annotation(base) for base in strategy.__bases__)
     hints = typing.get_type_hints(strategy)
-    attributes = [f"    {name}: {source.annotation(hints[name])}" for name in strategy.__dict__.get("__annotations__", {})]
+    own = strategy.__dict__.get("__annotations__", {})  # the class's own attributes, not inherited ones
+    attributes = [f"    {name}: {source.annotation(hints[name])}" for name in own]
     parameters, keyword_only = [], False
     for parameter in signature.parameters.values():
         text = parameter.name if parameter.kind is not inspect.Parameter.VAR_KEYWORD else f"**{parameter.name}"

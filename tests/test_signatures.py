@@ -69,8 +69,8 @@ def test_editors_see_every_option_in_the_committed_type_stub(strategy, config_cl
     from avalanche_color.signature_stubs import stub_path, stub_source
 
     committed = stub_path(strategy).read_text()
-    assert committed == stub_source(strategy), (
-        f"{stub_path(strategy).name} of {strategy.__name__} is out of date: run python -m avalanche_color.signature_stubs")
+    assert committed == stub_source(strategy), (f"the stub of {strategy.__name__} is out of date: "
+                                                "run python -m avalanche_color.signature_stubs")
     [stub_class] = [node for node in ast.parse(committed).body if isinstance(node, ast.ClassDef)]
     [init] = [node for node in stub_class.body if isinstance(node, ast.FunctionDef) and node.name == "__init__"]
     keyword_only = [argument.arg for argument in init.args.kwonlyargs]
