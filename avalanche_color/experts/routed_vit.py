@@ -27,7 +27,7 @@ from avalanche.models import MultiTaskModule
 from torch import Tensor, nn
 
 from avalanche_color.config import RoutingOptions
-from avalanche_color.experts.backbone import check_images, check_vision_transformer
+from avalanche_color.experts.backbone import backbone_dtype, check_images, check_vision_transformer
 from avalanche_color.experts.heads import ExpertHead
 from avalanche_color.experts.pretrained import from_pretrained, save_pretrained
 from avalanche_color.routing.class_router import ClassRouter
@@ -145,7 +145,7 @@ class RoutedExpertViT(MultiTaskModule):
             parameter.requires_grad_(False)
             parameter.grad = None
         self._add_expert_modules()
-        self.heads.append(ExpertHead(self.num_features, classes).to(self.backbone.patch_embed.proj.weight))
+        self.heads.append(ExpertHead(self.num_features, classes).to(self.device, backbone_dtype(self.backbone)))
         origin = self.expert_experiences.new_tensor
         self.expert_experiences = torch.cat((self.expert_experiences, origin([experience])))
         self.expert_tasks = torch.cat((self.expert_tasks, origin([task])))
