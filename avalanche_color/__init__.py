@@ -2,7 +2,8 @@
 
 Where each part of the method lives:
 
-* ``config``: every option, declared and checked once (:class:`CoLoRConfig`, ...).
+* ``config``: the option groups the methods share, declared and checked once; each method's own
+  options and config are in its folder (``color/config.py``: :class:`CoLoRConfig`, ...).
 * ``lora/``: LoRA on the query and value projections of every block (:class:`QKVExperts`),
   timm's blocks run with the experts as an argument (``blocks``) and mixed batches sorted by
   expert (``segments``).
@@ -32,19 +33,21 @@ with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message="no QP solver found", category=UserWarning)
     import avalanche.training  # noqa: F401
 
+from avalanche_color.color.config import CoLoRConfig, LoRAOptions
 from avalanche_color.color.model import ExpertViT
 from avalanche_color.color.plugins import LoRAExpertsPlugin
 from avalanche_color.color.strategy import CoLoR
-from avalanche_color.config import (CoLoRConfig, L2PConfig, L2PModelOptions, LoRAOptions, PromptOptions,
-                                    PrototypeOptions, RoutingOptions, SPromptsConfig)
+from avalanche_color.config import PrototypeOptions, RoutingOptions
 from avalanche_color.evaluation.routing_accuracy import RoutingAccuracy, routing_accuracy_metrics
 from avalanche_color.evaluation.wandb_logger import WandBLogger
 from avalanche_color.experts.heads import ExpertHead
 from avalanche_color.experts.routed_vit import RoutedExpertViT
 from avalanche_color.lora.qv_experts import QKVExperts, QVLoRA
+from avalanche_color.peers.l2p.config import L2PConfig, L2PModelOptions
 from avalanche_color.peers.l2p.model import L2PViT
 from avalanche_color.peers.l2p.prompt_pool import PromptPool
 from avalanche_color.peers.l2p.strategy import L2P
+from avalanche_color.peers.s_prompts.config import PromptOptions, SPromptsConfig
 from avalanche_color.peers.s_prompts.model import PromptExpertViT
 from avalanche_color.peers.s_prompts.strategy import SPrompts
 from avalanche_color.routing.prototypes import fit_class_prototypes, fit_prototypes

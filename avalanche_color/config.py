@@ -1,26 +1,25 @@
-"""Every option of the models and strategies, declared once, with its default and its check.
+"""The option groups every method shares, declared once, each with its default and its check.
 
 The options are frozen dataclasses, grouped by the part of the method they set:
 
 * :class:`RoutingOptions`: how samples reach an expert (CoLoR, CoLoR++, oracle).
-* :class:`LoRAOptions` and :class:`PromptOptions`: what an expert is (CoLoR's LoRA
-  matrices, S-Prompts' prompt tokens).
 * :class:`PrototypeOptions`: the k-means prototypes fitted after each experience.
 * :class:`LoaderOptions`: how data is loaded (DataLoader worker processes, pinned memory).
 * :class:`TrainingOptions`: the learning rate and the budget (Avalanche's mini-batch
   sizes, epochs and periodic evaluation); :class:`ExpertTrainingOptions` adds SGD's
   settings and the data checks of the routed-expert strategies.
+* :class:`RoutedExpertsConfig`: all of them, what CoLoR and S-Prompts share.
 
-A method's config combines them: :class:`CoLoRConfig`, :class:`SPromptsConfig`,
-:class:`L2PConfig`. Models, plugins, strategies and checkpoints all read the same
-object, so an option is checked in one place, when the config is built::
-
-    config = CoLoRConfig(rank=8, k=20)
-    CoLoR(vit, config)            # the same as CoLoR(vit, rank=8, k=20)
+Each method keeps its own options in its folder, as peft keeps ``tuners/<method>/config.py``:
+its model's options and its whole config (``color/config.py``: ``LoRAOptions``, ``CoLoRConfig``;
+``peers/s_prompts/config.py``; ``peers/l2p/config.py``). A strategy lists every field of its
+config as a keyword argument with the same default (a test checks they agree), builds the
+config once, and hands each part its own group (:meth:`Options.group`): the model its model
+options, the prototype fitting its :class:`PrototypeOptions`, the loaders their
+:class:`LoaderOptions`.
 
 A bad value raises a ``ValueError`` naming the option, the value and what is allowed.
-Configs take keywords only (``CoLoRConfig(8)`` is a ``TypeError``); the strategies'
-signatures (``help(CoLoR)``) list these fields with their types and defaults.
+Configs take keywords only (``CoLoRConfig(8)`` is a ``TypeError``).
 """
 
 from __future__ import annotations
@@ -34,15 +33,11 @@ Routing = Literal["backbone", "first_expert", "oracle"]
 Router = Literal["prototypes", "ridge", "gaussian"]
 Distance = Literal["euclidean", "l1", "cosine"]
 PrototypeData = Literal["train", "eval"]
-HeadInput = Literal["prompts", "pooled"]
-PromptInit = Literal["uniform", "zero"]
 
 ROUTINGS: tuple[str, ...] = Routing.__args__  # type: ignore[attr-defined]
 ROUTERS: tuple[str, ...] = Router.__args__  # type: ignore[attr-defined]
 DISTANCES: tuple[str, ...] = Distance.__args__  # type: ignore[attr-defined]
 PROTOTYPE_DATA: tuple[str, ...] = PrototypeData.__args__  # type: ignore[attr-defined]
-HEAD_INPUTS: tuple[str, ...] = HeadInput.__args__  # type: ignore[attr-defined]
-PROMPT_INITS: tuple[str, ...] = PromptInit.__args__  # type: ignore[attr-defined]
 
 Check = Callable[[str, Any], None]
 Config = TypeVar("Config", bound="Options")
@@ -178,6 +173,18 @@ class Options:
             raise TypeError(f"config must be a {cls.__name__}, got {type(config).__name__}")
         return dataclasses.replace(config, **options) if options else config
 
+    def group(self, group: type[Config]) -> Config:
+        """This config's options of ``group``, one of the groups it combines: what one part of a
+        method (its model, its prototype fitting, its loaders) is given, and nothing more."""
+        if type(self) is group:
+            return self
+        return group(**{name: getattr(self, name) for name in group.names()})
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """Every option's default."""
+        return {spec.name: spec.default for spec in dataclasses.fields(cls)}
+
     def expert_settings(self) -> dict[str, Any]:
         """The options that decide what trained experts mean (a checkpoint must match them)."""
         return {spec.name: getattr(self, spec.name) for spec in dataclasses.fields(self)
@@ -222,34 +229,6 @@ class RoutingOptions(Options):
         if self.routing == "oracle" and self.router != "prototypes":
             raise ValueError(f"router={self.router!r} routes by features; routing='oracle' routes by task "
                              f"label: use one or the other (router='prototypes' with routing='oracle')")
-
-
-@dataclass(frozen=True, kw_only=True)
-class LoRAOptions(RoutingOptions):
-    """CoLoR's experts: rank-r LoRA on the query and value projections of every block.
-
-    Attributes:
-        rank: LoRA rank r (the paper: 64).
-        alpha: LoRA alpha; updates are scaled by ``alpha / rank``. None means ``rank``.
-    """
-
-    rank: int = option(64, check_positive_int, expert_setting=True)
-    alpha: Optional[float] = option(None, optional(check_positive), expert_setting=True)
-
-    @property
-    def scaling_alpha(self) -> float:
-        return float(self.rank if self.alpha is None else self.alpha)
-
-
-@dataclass(frozen=True, kw_only=True)
-class PromptOptions(RoutingOptions):
-    """S-Prompts' experts: prompt tokens inserted behind the [CLS] token.
-
-    Attributes:
-        prompt_length: tokens per expert (S-Prompts: 10); 0 leaves only the head.
-    """
-
-    prompt_length: int = option(10, check_non_negative_int, expert_setting=True)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -341,53 +320,8 @@ class ExpertTrainingOptions(TrainingOptions):
 
 
 @dataclass(frozen=True, kw_only=True)
-class CoLoRConfig(LoaderOptions, LoRAOptions, PrototypeOptions, ExpertTrainingOptions):
-    """CoLoR's options; the defaults are the paper's (rank 64, batch 128, 50 epochs,
-    lr 1e-3, weight decay 2e-4, SGD with momentum 0.9, cosine schedule)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class SPromptsConfig(LoaderOptions, PromptOptions, PrototypeOptions, ExpertTrainingOptions):
-    """S-Prompts' options; defaults from its published configs (prompt length 10, lr 0.01)."""
-
-    lr: float = option(0.01, check_positive)
-
-
-@dataclass(frozen=True, kw_only=True)
-class L2PModelOptions(Options):
-    """L2P's prompt pool and head.
-
-    Attributes:
-        pool_size: M, prompts in the pool (L2P: 10).
-        prompt_length: L_p, tokens per prompt (L2P: 5).
-        top_n: N, prompts chosen per sample (L2P: 5); at most ``pool_size``.
-        head_input: ``"prompts"`` (mean of the prompt positions' outputs, L2P) or
-            ``"pooled"`` (the ViT's own pooled feature with prompts in the sequence).
-        class_masking: in training, mask the logits of classes outside the current experience.
-        prompt_init: ``"uniform"`` in [-1, 1] (L2P's default) or ``"zero"``.
-    """
-
-    pool_size: int = option(10, check_positive_int, expert_setting=True)
-    prompt_length: int = option(5, check_positive_int, expert_setting=True)
-    top_n: int = option(5, check_positive_int, expert_setting=True)
-    head_input: HeadInput = option("prompts", one_of(HEAD_INPUTS), expert_setting=True)
-    class_masking: bool = option(True, check_bool)
-    prompt_init: PromptInit = option("uniform", one_of(PROMPT_INITS))
-
-    def _check_together(self) -> None:
-        if self.top_n > self.pool_size:
-            raise ValueError(f"top_n must be at most pool_size={self.pool_size}, got top_n={self.top_n}")
-
-
-@dataclass(frozen=True, kw_only=True)
-class L2PConfig(LoaderOptions, L2PModelOptions, TrainingOptions):
-    """L2P's options; defaults from the L2P paper (Split CIFAR-100): Adam, constant lr 0.03,
-    batch 128, 5 epochs; the surrogate weight 0.1 is its code's ``pull_constraint_coeff``.
-
-    Attributes:
-        surrogate_weight: lambda, the weight of the key-query surrogate loss.
-    """
-
-    surrogate_weight: float = option(0.1, check_non_negative)
-    lr: float = option(0.03, check_positive)
-    train_epochs: int = option(5, check_positive_int)
+class RoutedExpertsConfig(LoaderOptions, RoutingOptions, PrototypeOptions, ExpertTrainingOptions):
+    """What every routed-expert method (CoLoR, S-Prompts) sets besides its experts: routing,
+    prototypes, SGD training and loaders. A method's config adds its expert's options
+    (:class:`~avalanche_color.color.config.CoLoRConfig`,
+    :class:`~avalanche_color.peers.s_prompts.config.SPromptsConfig`)."""

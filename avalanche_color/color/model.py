@@ -13,7 +13,7 @@ from typing import Any, Optional
 from timm.models.vision_transformer import Attention, Block
 from torch import Tensor, nn
 
-from avalanche_color.config import LoRAOptions
+from avalanche_color.color.config import LoRAOptions
 from avalanche_color.experts.backbone import backbone_images, check_vision_transformer
 from avalanche_color.experts.routed_vit import RoutedExpertViT
 from avalanche_color.lora.blocks import expert_tokens

@@ -8,7 +8,7 @@ import torch
 from avalanche.core import SupervisedPlugin
 
 from avalanche_color.color.model import ExpertViT
-from avalanche_color.config import LoRAOptions
+from avalanche_color.color.config import LoRAOptions
 
 if TYPE_CHECKING:
     from avalanche.training.templates import SupervisedTemplate

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from avalanche_color.color.model import ExpertViT
-from avalanche_color.config import CoLoRConfig
+from avalanche_color.color.config import CoLoRConfig
 from avalanche_color.training.template import RoutedExpertsTemplate
 
 

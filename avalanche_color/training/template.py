@@ -14,7 +14,7 @@ from avalanche.core import BasePlugin
 from torch import Tensor, nn
 from torch.optim import SGD
 
-from avalanche_color.config import CoLoRConfig, SPromptsConfig
+from avalanche_color.config import RoutedExpertsConfig
 from avalanche_color.experts.routed_vit import RoutedExpertViT
 from avalanche_color.training.router_plugin import PrototypeRouterPlugin
 from avalanche_color.training.configured_strategy import ConfiguredStrategy
@@ -34,7 +34,7 @@ class RoutedExpertsTemplate(PerExperienceCosine, ConfiguredStrategy):
     """
 
     model: RoutedExpertViT
-    config: CoLoRConfig | SPromptsConfig
+    config: RoutedExpertsConfig
     incompatible_plugins = ROUTED_EXPERTS
     optimizer_description = "SGD over the new expert, cosine-annealed over the experience"
     optimizer_options = ("lr", "momentum", "weight_decay")

@@ -14,7 +14,7 @@ import torch
 from avalanche.models import DynamicModule
 from torch import Tensor, nn
 
-from avalanche_color.config import L2PModelOptions
+from avalanche_color.peers.l2p.config import L2PModelOptions
 from avalanche_color.experts.backbone import backbone_dtype, backbone_images, check_images, check_vision_transformer
 from avalanche_color.peers.l2p.prompt_pool import PromptPool
 from avalanche_color.peers.prompts import drop_prompts, prompt_outputs, prompt_width, prompted_tokens

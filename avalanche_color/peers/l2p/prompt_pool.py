@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from avalanche_color.config import PROMPT_INITS, PromptInit, check_choice
+from avalanche_color.config import check_choice
+from avalanche_color.peers.l2p.config import PROMPT_INITS, PromptInit
 from avalanche_color.peers.prompts import new_prompts
 
 

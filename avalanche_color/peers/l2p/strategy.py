@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Optional
 import torch
 from torch import Tensor, nn
 
-from avalanche_color.config import L2PConfig
+from avalanche_color.peers.l2p.config import L2PConfig
 from avalanche_color.peers.l2p.model import L2PViT
 from avalanche_color.training.configured_strategy import ConfiguredStrategy
 from avalanche_color.utils.experiences import continues_experience

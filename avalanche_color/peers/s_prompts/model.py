@@ -12,7 +12,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor, nn
 
-from avalanche_color.config import PromptOptions
+from avalanche_color.peers.s_prompts.config import PromptOptions
 from avalanche_color.experts.backbone import backbone_images
 from avalanche_color.experts.routed_vit import RoutedExpertViT
 from avalanche_color.peers.prompts import new_prompts, prompt_width, prompted_features, s_prompts_bound

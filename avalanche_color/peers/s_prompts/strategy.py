@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from avalanche_color.config import SPromptsConfig
+from avalanche_color.peers.s_prompts.config import SPromptsConfig
 from avalanche_color.training.template import RoutedExpertsTemplate
 from avalanche_color.peers.s_prompts.model import PromptExpertViT
 

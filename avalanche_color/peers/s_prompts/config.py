@@ -1,0 +1,32 @@
+"""S-Prompts' options: its prompt experts (the model's options) and the whole method's config.
+
+The option groups it shares with CoLoR (routing, prototypes, training, loaders) and the checks
+are in :mod:`avalanche_color.config`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from avalanche_color.config import (RoutedExpertsConfig, RoutingOptions, check_non_negative_int, check_positive,
+                                    option)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromptOptions(RoutingOptions):
+    """S-Prompts' model options: prompt tokens inserted behind the [CLS] token, and how samples
+    are routed to the experts.
+
+    Attributes:
+        prompt_length: tokens per expert (S-Prompts: 10); 0 leaves only the head.
+    """
+
+    prompt_length: int = option(10, check_non_negative_int, expert_setting=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SPromptsConfig(PromptOptions, RoutedExpertsConfig):
+    """S-Prompts' options, the fields of :class:`~avalanche_color.SPrompts`'s keyword arguments;
+    defaults from its published configs (prompt length 10, lr 0.01)."""
+
+    lr: float = option(0.01, check_positive)
