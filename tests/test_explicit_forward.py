@@ -4,7 +4,7 @@ import pytest
 import torch
 from avalanche.core import SupervisedPlugin
 
-from avalanche_color import ExpertViT, PromptExpertViT
+from avalanche_color import ExpertViT, LoRAOptions, PromptExpertViT
 from helpers import UNSATURATED, quiet_evaluator, tiny_color, train_all
 from streams import class_stream, tiny_vit
 
@@ -104,10 +104,10 @@ def test_the_strategys_evaluation_keeps_the_experts_it_routed_with(model_class):
         assert torch.equal(experts, strategy.model.eval().route(images))
 
 
-def test_the_strategy_and_its_model_share_one_config(trained):
+def test_the_model_is_given_the_strategys_model_options(trained):
     strategy, _ = trained
-    assert strategy.model.config is strategy.config
+    assert strategy.model.config == strategy.config.group(LoRAOptions)
     cached = tiny_color(cache_evaluation=True, **UNSATURATED)
     train_all(cached, class_stream(num_experiences=2))
-    assert cached.model.config is cached.config and cached.model.eval_cache is not None
+    assert cached.model.config == cached.config.group(LoRAOptions) and cached.model.eval_cache is not None
     assert not hasattr(cached.model, "cache_evaluation")  # the cache is an option, never switched behind the config

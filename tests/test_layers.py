@@ -21,7 +21,6 @@ LAYERS: list[set[str]] = [
     {"training"},
     {"color", "peers"},
     {"evaluation"},
-    {"signature_stubs"},  # development tool: writes the strategies' type stubs
 ]
 RANK = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
 

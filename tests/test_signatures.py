@@ -1,5 +1,5 @@
-"""Every option is visible in the strategies' signatures (help(), inspect.signature, IPython),
-read from the config that declares it; configs take keywords only."""
+"""Every option is written in its strategy's own ``__init__``, with its type and default, and
+fills one config dataclass: the two agree, and the config reaches each part of the method once."""
 
 from __future__ import annotations
 
@@ -7,52 +7,123 @@ import ast
 import dataclasses
 import inspect
 import pydoc
+import re
 import typing
+import warnings
+from pathlib import Path
 
 import pytest
+import torch
+from avalanche.training import Naive
+from avalanche.training.templates.base import PositionalArgumentsDeprecatedWarning
 
-from avalanche_color import L2P, CoLoR, CoLoRConfig, L2PConfig, SPrompts, SPromptsConfig
+from avalanche_color import (L2P, CoLoR, CoLoRConfig, L2PConfig, L2PModelOptions, LoRAExpertsPlugin, LoRAOptions,
+                             PromptOptions, PrototypeOptions, PrototypeRouterPlugin, SPrompts, SPromptsConfig)
 from avalanche_color import config as config_module
-from avalanche_color.config import Options
+from avalanche_color.config import LoaderOptions, Options
+from helpers import quiet_evaluator
 from streams import tiny_vit
 
 STRATEGIES = [(CoLoR, CoLoRConfig), (SPrompts, SPromptsConfig), (L2P, L2PConfig)]
+MODEL_OPTIONS = {CoLoR: LoRAOptions, SPrompts: PromptOptions, L2P: L2PModelOptions}
 AVALANCHE_KEYWORDS = ["criterion", "device", "plugins", "evaluator"]
 
 
-@pytest.mark.parametrize("strategy, config_class", STRATEGIES)
-def test_signature_lists_every_option_of_the_config_with_its_type_and_default(strategy, config_class):
-    parameters = list(inspect.signature(strategy).parameters.values())
-    hints = typing.get_type_hints(config_class)
-    fields = dataclasses.fields(config_class)
-    assert [p.name for p in parameters[:2]] == ["model", "config"]
-    assert parameters[1].default is None and parameters[1].annotation == typing.Optional[config_class]
-    options = parameters[2:2 + len(fields)]
-    assert [(p.name, p.kind, p.default, p.annotation) for p in options] == [
-        (f.name, inspect.Parameter.KEYWORD_ONLY, f.default, hints[f.name]) for f in fields]
-    rest = parameters[2 + len(fields):]
-    assert [p.name for p in rest] == [*AVALANCHE_KEYWORDS, "kwargs"]
-    assert rest[-1].kind is inspect.Parameter.VAR_KEYWORD
+def init_node(strategy: type) -> ast.FunctionDef:
+    """The ``__init__`` of ``strategy`` as written in its module's source."""
+    tree = ast.parse(Path(inspect.getsourcefile(strategy)).read_text())
+    [node] = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == strategy.__name__]
+    [init] = [item for item in node.body if isinstance(item, ast.FunctionDef) and item.name == "__init__"]
+    return init
 
 
 @pytest.mark.parametrize("strategy, config_class", STRATEGIES)
-def test_the_signature_accepts_what_the_constructor_accepts(strategy, config_class):
-    # The signature describes the real call: a strategy built through its bound arguments has those options.
-    options = {"train_epochs": 2, "lr": 0.5}
-    bound = inspect.signature(strategy).bind(tiny_vit(0), config_class(eval_mb_size=7), **options, peval_mode="epoch")
-    made = strategy(*bound.args, **bound.kwargs)
-    assert (made.config.train_epochs, made.config.lr, made.config.eval_mb_size) == (2, 0.5, 7)
+def test_the_source_lists_every_option_of_the_config_with_its_default(strategy, config_class):
+    # What a reader of the strategy's module sees: model, then keyword-only config and options.
+    init = init_node(strategy)
+    assert [argument.arg for argument in init.args.args] == ["self", "model"]
+    keywords = [argument.arg for argument in init.args.kwonlyargs]
+    defaults = dict(zip(keywords, init.args.kw_defaults))
+    assert keywords[0] == "config" and keywords[-len(AVALANCHE_KEYWORDS):] == AVALANCHE_KEYWORDS
+    assert init.args.kwarg.arg == "kwargs"
+    options = keywords[1:-len(AVALANCHE_KEYWORDS)]
+    fields = {field.name: field.default for field in dataclasses.fields(config_class)}
+    assert sorted(options) == sorted(fields)
+    assert {name: ast.literal_eval(defaults[name]) for name in options} == fields
 
 
-def test_help_shows_the_options():
+@pytest.mark.parametrize("strategy, config_class", STRATEGIES)
+def test_the_signature_types_each_option_as_its_config_does(strategy, config_class):
+    parameters = inspect.signature(strategy).parameters
+    hints = typing.get_type_hints(strategy.__init__)
+    field_hints = typing.get_type_hints(config_class)
+    options = [name for name in parameters if name in field_hints]
+    assert len(options) == len(field_hints)
+    assert {name: hints[name] for name in options} == field_hints
+    assert {name: parameters[name].default for name in options} == {
+        field.name: field.default for field in dataclasses.fields(config_class)}
+    assert hints["config"] == typing.Optional[config_class] and parameters["config"].default is None
+    assert "__signature__" not in vars(strategy)  # nothing synthesised: the signature is the source's
+
+
+@pytest.mark.parametrize("strategy, config_class", STRATEGIES)
+def test_the_docstring_documents_every_argument(strategy, config_class):
+    documented = re.findall(r"^ {12}(\*\*)?(\w+):", strategy.__init__.__doc__, flags=re.MULTILINE)
+    names = [name for _, name in documented]
+    assert names == [name for name in inspect.signature(strategy).parameters]
+
+
+def test_help_shows_every_option_with_its_default():
     text = pydoc.render_doc(CoLoR, renderer=pydoc.plaintext)
-    for name in ("rank: int = 64", "k: int = 5", "routing: Literal['backbone', 'first_expert', 'oracle']"):
-        assert name in text
+    for shown in ("rank: int = 64", "k: int = 5", "alpha: Optional[float] = None",
+                  "routing_features: Literal['backbone', 'first_expert'] = 'backbone'",
+                  "router: Literal['prototypes', 'ridge', 'gaussian', 'oracle'] = 'prototypes'",
+                  "distance: Literal['euclidean', 'l1', 'cosine'] = 'euclidean'", "train_epochs: int = 50"):
+        assert shown in text
+
+
+@pytest.mark.parametrize("strategy, config_class", STRATEGIES)
+def test_a_config_and_the_same_options_as_keywords_build_the_same_strategy(strategy, config_class):
+    options = {"train_epochs": 2, "lr": 0.5, "eval_mb_size": 7}
+    by_keywords = strategy(tiny_vit(0), evaluator=quiet_evaluator(), **options)
+    by_config = strategy(tiny_vit(0), config=config_class(**options), evaluator=quiet_evaluator())
+    # Options given beside a config with a value other than their default replace its fields.
+    mixed = strategy(tiny_vit(0), config=config_class(eval_mb_size=7), train_epochs=2, lr=0.5,
+                     evaluator=quiet_evaluator(), peval_mode="epoch")
+    assert by_keywords.config == by_config.config == mixed.config == config_class(**options)
+    assert (mixed.train_epochs, mixed.eval_mb_size) == (2, 7)
+
+
+@pytest.mark.parametrize("strategy, config_class", STRATEGIES)
+def test_each_part_receives_its_own_group_of_options(strategy, config_class):
+    made = strategy(tiny_vit(0), evaluator=quiet_evaluator(), train_epochs=2, num_workers=1)
+    model_options = MODEL_OPTIONS[strategy]
+    assert type(made.model.config) is model_options and made.model.config == made.config.group(model_options)
+    assert made.loader_defaults == LoaderOptions(num_workers=1)
+    routers = [plugin for plugin in made.plugins if isinstance(plugin, PrototypeRouterPlugin)]
+    assert [type(plugin.config) for plugin in routers] == ([PrototypeOptions] if strategy is not L2P else [])
+
+
+def test_a_continued_model_keeps_its_options_and_they_fill_the_config():
+    first = CoLoR(tiny_vit(0), rank=4, alpha=2.0, evaluator=quiet_evaluator())
+    second = CoLoR(first.model, train_epochs=3, evaluator=quiet_evaluator())
+    assert second.model is first.model
+    assert (second.config.rank, second.config.alpha, second.config.train_epochs) == (4, 2.0, 3)
+    # Given again with the model's own value: no conflict.
+    assert CoLoR(first.model, rank=4, evaluator=quiet_evaluator()).config.rank == 4
+    with pytest.raises(ValueError, match=r"leave \['alpha'\] unset \(the model's: alpha=2.0\)"):
+        CoLoR(first.model, alpha=8.0, evaluator=quiet_evaluator())
 
 
 def option_classes() -> list[type[Options]]:
-    return [value for value in vars(config_module).values()
-            if isinstance(value, type) and issubclass(value, Options) and value is not Options]
+    from avalanche_color.color import config as color_config
+    from avalanche_color.peers.l2p import config as l2p_config
+    from avalanche_color.peers.s_prompts import config as s_prompts_config
+
+    modules = [config_module, color_config, l2p_config, s_prompts_config]
+    return sorted({value for module in modules for value in vars(module).values()
+                   if isinstance(value, type) and issubclass(value, Options) and value is not Options},
+                  key=lambda cls: cls.__name__)
 
 
 @pytest.mark.parametrize("config_class", option_classes(), ids=lambda c: c.__name__)
@@ -60,21 +131,64 @@ def test_configs_take_keywords_only(config_class):
     # CoLoRConfig(8) once set lr=8, the first field.
     with pytest.raises(TypeError, match="positional"):
         config_class(8)
-    assert config_class() == config_class(**{f.name: f.default for f in dataclasses.fields(config_class) if f.init})
+    assert config_class() == config_class(**config_class.defaults())
+
+
+# ---------------------------------------------------------------------- positional arguments
+
+
+def test_the_model_alone_may_be_positional_without_a_warning():
+    vit, evaluators = tiny_vit(), [quiet_evaluator(), quiet_evaluator()]  # Avalanche warns: no loggers
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        strategy = CoLoR(vit, rank=8, k=20, evaluator=evaluators[0])
+        by_keyword = CoLoR(model=vit, rank=8, evaluator=evaluators[1])
+    assert (strategy.model.rank, strategy.config.k, by_keyword.model.rank) == (8, 20, 8)
 
 
 @pytest.mark.parametrize("strategy, config_class", STRATEGIES)
-def test_editors_see_every_option_in_the_committed_type_stub(strategy, config_class):
-    # Editors read the .pyi beside the module: it must be what the generator writes from the config today.
-    from avalanche_color.signature_stubs import stub_path, stub_source
+def test_a_positional_argument_after_the_model_warns_as_in_avalanches_naive(strategy, config_class):
+    vit = tiny_vit()
+    with pytest.warns(PositionalArgumentsDeprecatedWarning) as naive:
+        Naive(vit, torch.optim.SGD(vit.parameters(), lr=0.1), evaluator=quiet_evaluator())
+    with pytest.warns(PositionalArgumentsDeprecatedWarning) as ours:
+        made = strategy(vit, config_class(train_epochs=3), evaluator=quiet_evaluator())
+    assert made.config.train_epochs == 3  # the second positional argument is the first keyword: config
+    [naive_message], [our_message] = ([str(w.message) for w in record
+                                       if w.category is PositionalArgumentsDeprecatedWarning]
+                                      for record in (naive, ours))
+    assert our_message == naive_message.replace("Naive", strategy.__name__)
 
-    committed = stub_path(strategy).read_text()
-    assert committed == stub_source(strategy), (f"the stub of {strategy.__name__} is out of date: "
-                                                "run python -m avalanche_color.signature_stubs")
-    [stub_class] = [node for node in ast.parse(committed).body if isinstance(node, ast.ClassDef)]
-    [init] = [node for node in stub_class.body if isinstance(node, ast.FunctionDef) and node.name == "__init__"]
-    keyword_only = [argument.arg for argument in init.args.kwonlyargs]
-    assert keyword_only == [f.name for f in dataclasses.fields(config_class)] + AVALANCHE_KEYWORDS
-    assert [a.arg for a in init.args.args] == ["self", "model", "config"] and init.args.kwarg.arg == "kwargs"
-    defaults = dict(zip(keyword_only, init.args.kw_defaults))
-    assert all(ast.literal_eval(defaults[f.name]) == f.default for f in dataclasses.fields(config_class))
+
+# ---------------------------------------------------------------------- the old routing option
+
+
+@pytest.mark.parametrize("strategy", [CoLoR, SPrompts])
+@pytest.mark.parametrize("routing, replacement", [
+    ("oracle", {"router": "oracle"}), ("first_expert", {"routing_features": "first_expert"}),
+    ("backbone", {"routing_features": "backbone"})])
+def test_the_old_routing_option_still_works_with_a_warning_naming_the_new_one(strategy, routing, replacement):
+    [(name, value)] = replacement.items()
+    with pytest.warns(DeprecationWarning, match=rf"routing={routing!r} is deprecated: use {name}={value!r}") as record:
+        made = strategy(tiny_vit(), routing=routing, evaluator=quiet_evaluator())
+    assert made.config == strategy.config_class(**replacement)
+    # Attributed to the caller's line (Python shows a DeprecationWarning of __main__ by default).
+    assert {Path(w.filename).name for w in record if w.category is DeprecationWarning} == {Path(__file__).name}
+
+
+def test_the_old_routing_option_agrees_or_is_refused_beside_the_new_ones():
+    with pytest.warns(DeprecationWarning):
+        assert CoLoR(tiny_vit(), routing="oracle", router="oracle").config.router == "oracle"
+    with pytest.raises(ValueError, match="routing='oracle' means router='oracle', but router='ridge' was given too"):
+        CoLoR(tiny_vit(), routing="oracle", router="ridge")
+    with pytest.raises(ValueError, match=r"routing must be one of \('backbone', 'first_expert', 'oracle'\), "
+                                         r"got 'nearest'"):
+        CoLoR(tiny_vit(), routing="nearest")
+    with pytest.raises(TypeError, match=r"L2P got unexpected keyword arguments \['routing'\]; its options are"):
+        L2P(tiny_vit(), routing="oracle")
+
+
+def test_the_drop_in_plugin_takes_the_old_routing_option_with_a_warning():
+    with pytest.warns(DeprecationWarning, match="routing='oracle' is deprecated: use router='oracle'"):
+        plugin = LoRAExpertsPlugin(rank=4, routing="oracle")
+    assert plugin.config.router == "oracle"

@@ -1,17 +1,18 @@
-"""The call every strategy of the package shares: ``Strategy(model, config=None, **options)``.
+"""What every strategy of the package shares: its config, built once, each part given its own options.
 
-A strategy names its options dataclass (:mod:`avalanche_color.config`) and its
-model class; options given as keywords replace the config's fields, and keywords
-that are not options go to Avalanche's ``SupervisedTemplate`` (``peval_mode``, ...).
+A strategy (``CoLoR``, ``SPrompts``, ``L2P``) lists every field of its config as a keyword
+argument of its own ``__init__``, with the same default (``tests/test_signatures.py`` checks
+that they agree), and passes them here by name. This class builds the config once, gives the
+model its model options (``config.group(model_config_class)``), the loaders their
+``LoaderOptions``, and Avalanche's ``SupervisedTemplate`` the budget.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
+import functools
 import inspect
-import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Callable, ClassVar, Optional, Union
 
 import torch
@@ -19,38 +20,45 @@ from avalanche.core import BasePlugin
 from avalanche.training.plugins import EvaluationPlugin
 from avalanche.training.plugins.evaluation import default_evaluator
 from avalanche.training.templates import SupervisedTemplate
+from avalanche.training.templates.base import _merge_legacy_positional_arguments
 from torch import nn
 
-from avalanche_color.config import LoaderOptions, Options
+from avalanche_color.config import LoaderOptions, Options, RoutingOptions
 from avalanche_color.training.loaders import loader_options
 from avalanche_color.training.plugin_compatibility import refuse_incompatible_plugins
+from avalanche_color.utils.deprecation import warn_deprecated
 
 
 class ConfiguredStrategy(SupervisedTemplate):
     """A ``SupervisedTemplate`` set up from one options dataclass.
 
-    Subclasses set :attr:`config_class` and :attr:`model_class` and implement
-    :meth:`first_optimizer` (a placeholder: the real one is made per experience)
-    and, if they add plugins of their own, :meth:`own_plugins`.
+    Subclasses set :attr:`config_class`, :attr:`model_class` and :attr:`model_config_class`, write
+    ``__init__(self, model, *, config=None, <every option of config_class>, criterion=None,
+    device="cpu", plugins=None, evaluator=default_evaluator, **kwargs)`` and pass those arguments on
+    by name, and implement :meth:`first_optimizer` (a placeholder: the real one is made per
+    experience) and, if they add plugins of their own, :meth:`own_plugins`.
 
     Args:
         model: a timm ``VisionTransformer``: the strategy wraps a copy of it into
-            :attr:`model_class`, so the ViT given stays as it was, usable by other
-            strategies; or a :attr:`model_class` instance (a strategy's ``model``) to
-            continue from: then its own model options (those of the model's options
-            class, e.g. ``LoRAOptions`` for CoLoR) apply and must not be given again.
-        config: a :attr:`config_class`; keyword options replace its fields.
+            :attr:`model_class`, so the ViT given stays as it was, usable by other strategies;
+            or a :attr:`model_class` instance (a strategy's ``model``) to continue from: then its
+            own options (those of :attr:`model_config_class`) apply, and one given a value other
+            than its default and the model's is refused.
+        config: a whole :attr:`config_class`, or None; options given with a value other than their
+            default replace its fields.
+        options: the value of every option of :attr:`config_class`, by name (the subclass's keywords).
         criterion: loss; a new ``CrossEntropyLoss`` by default.
         device, evaluator: as in Avalanche's ``SupervisedTemplate``.
         plugins: the user's plugins; the list is copied, never changed. Plugins that cannot act
             on the strategy (replay, distillation, regularisation, LR schedulers) are refused
             with the reason (:mod:`avalanche_color.training.plugin_compatibility`).
-        **options: fields of :attr:`config_class`, and any other keyword of
-            Avalanche's ``SupervisedTemplate``.
+        template_options: other keywords of Avalanche's ``SupervisedTemplate`` (``peval_mode``, ...).
     """
 
     config_class: ClassVar[type[Options]]
     model_class: ClassVar[type[nn.Module]]
+    # The options the model takes: a group of config_class (e.g. LoRAOptions for CoLoR's ExpertViT).
+    model_config_class: ClassVar[type[Options]]
     # Avalanche plugins this strategy refuses, by class name, with the reason (see plugin_compatibility).
     incompatible_plugins: ClassVar[dict[str, str]] = {}
     # The optimiser the strategy builds per experience, and the options that set it (for the refusal of optimizer=).
@@ -58,28 +66,32 @@ class ConfiguredStrategy(SupervisedTemplate):
     optimizer_options: ClassVar[tuple[str, ...]] = ("lr",)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)  # Avalanche wraps __init__ to warn about positional arguments;
-        cls.__init__ = inspect.unwrap(cls.__init__)  # Strategy(model, ...) is this package's documented call
-        if "config_class" in cls.__dict__:
-            # help(), inspect.signature and IPython show every option, read from the config (declared once there).
-            cls.__signature__ = strategy_signature(cls.config_class)  # type: ignore[attr-defined]
+        init = cls.__init__
+        super().__init_subclass__(**kwargs)  # Avalanche's BaseTemplate wraps __init__: see model_first
+        if getattr(init, "takes_model_first", False):
+            cls.__init__ = init  # type: ignore[method-assign]  # a parent's, already wrapped
+        elif _declares_model_first(init):
+            cls.__init__ = model_first(init)  # type: ignore[method-assign]
 
     def __init__(
         self,
-        model: nn.Module,
-        config: Optional[Options] = None,
         *,
+        model: nn.Module,
+        config: Optional[Options],
+        options: Mapping[str, Any],
         criterion: Optional[nn.Module] = None,
         device: Union[str, torch.device] = "cpu",
         plugins: Optional[Sequence[BasePlugin]] = None,
         evaluator: Union[EvaluationPlugin, Callable[[], EvaluationPlugin]] = default_evaluator,
-        **options: Any,
+        template_options: Optional[Mapping[str, Any]] = None,
     ) -> None:
+        template_options = dict(template_options or {})
         refuse_incompatible_plugins(type(self).__name__, plugins or (), self.incompatible_plugins)
-        self._refuse_optimizer(options)  # before the model is copied and adapted
-        self._refuse_unknown_keywords(options)
-        own = {name: options.pop(name) for name in list(options) if name in self.config_class.names()}
-        model, self.config = configured_model(model, self.model_class, self.config_class, config, own)
+        self._refuse_optimizer(template_options)  # before the model is copied and adapted
+        options = self._replace_routing(options, template_options)
+        self._refuse_unknown_keywords(template_options, options)
+        model, self.config = self._configured_model(model, config, options)
+        self.loader_defaults: LoaderOptions = self.config.group(LoaderOptions)
         config = self.config
         super().__init__(
             model=model,
@@ -92,31 +104,69 @@ class ConfiguredStrategy(SupervisedTemplate):
             plugins=[*self.own_plugins(), *(plugins or ())],
             evaluator=evaluator,
             eval_every=config.eval_every,
-            **options,
+            **template_options,
         )
 
-    def _refuse_optimizer(self, options: dict[str, Any]) -> None:
+    def _refuse_optimizer(self, template_options: dict[str, Any]) -> None:
         # Naive(model, optimizer=...) is Avalanche's habit; here the optimiser is made per experience.
-        if "optimizer" in options:
+        if "optimizer" in template_options:
             name = type(self).__name__
             raise TypeError(
                 f"{name} builds its own optimiser per experience ({self.optimizer_description}), so it takes no "
-                f"optimizer=, got {type(options['optimizer']).__name__}; set "
+                f"optimizer=, got {type(template_options['optimizer']).__name__}; set "
                 f"{', '.join(self.optimizer_options)} instead, or subclass {name} and override make_optimizer"
             )
 
-    def _refuse_unknown_keywords(self, options: dict[str, Any]) -> None:
-        accepted = set(self.config_class.names())
+    def _replace_routing(self, options: Mapping[str, Any], template_options: dict[str, Any]) -> dict[str, Any]:
+        """``options`` with the deprecated ``routing=`` of earlier versions replaced by what it means now."""
+        if "routing" not in template_options or not issubclass(self.config_class, RoutingOptions):
+            return dict(options)
+        routing = template_options.pop("routing")
+        given = _given(self.config_class, options)
+        replaced = RoutingOptions.without_routing({**given, "routing": routing}, warn=False)
+        new = ", ".join(f"{name}={value!r}" for name, value in replaced.items() if given.get(name, _UNSET) != value)
+        warn_deprecated(f"the option routing={routing!r} is deprecated: use {new or 'routing_features and router'}")
+        return {**options, **replaced}
+
+    def _refuse_unknown_keywords(self, template_options: dict[str, Any], options: Mapping[str, Any]) -> None:
+        accepted = set()
         for cls in SupervisedTemplate.__mro__:  # Avalanche's keywords (peval_mode, ...)
             parameters = inspect.signature(inspect.unwrap(cls.__init__)).parameters.values()
             accepted.update(p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
-        unknown = sorted(set(options) - accepted)
+        unknown = sorted(set(template_options) - accepted)
         if unknown:
             raise TypeError(
                 f"{type(self).__name__} got unexpected keyword arguments {unknown}; its options are "
-                f"{', '.join(self.config_class.names())} (see {self.config_class.__name__}), and Avalanche's "
+                f"{', '.join(options)} (see {self.config_class.__name__}), and Avalanche's "
                 f"SupervisedTemplate keywords"
             )
+
+    def _configured_model(self, model: nn.Module, config: Optional[Options],
+                          options: Mapping[str, Any]) -> tuple[nn.Module, Any]:
+        """The strategy's model and its config, built once.
+
+        A plain ViT becomes ``model_class(copy of model, the config's model options)``: the models
+        adapt and freeze the ViT they wrap, and the caller's ViT stays usable (Avalanche's own
+        scripts give one model object to several strategies). A ``model_class`` instance is kept,
+        and its own options fill the config.
+        """
+        given = _given(self.config_class, options)
+        if not isinstance(model, self.model_class):
+            config = self.config_class(**options) if config is None else self.config_class.build(config, **given)
+            return self.model_class(copy.deepcopy(model), config.group(self.model_config_class)), config
+        own = {name: getattr(model.config, name) for name in self.model_config_class.names()}
+        conflicting = sorted(name for name in own if name in given and given[name] != own[name])
+        if config is not None:
+            conflicting += sorted(name for name in own
+                                  if name not in conflicting and getattr(config, name) != own[name])
+        if conflicting:
+            raise ValueError(
+                f"model is already a configured {self.model_class.__name__} with its own settings; leave "
+                f"{conflicting} unset (the model's: {', '.join(f'{name}={own[name]!r}' for name in conflicting)})"
+            )
+        if config is None:
+            return model, self.config_class(**{**options, **own})
+        return model, self.config_class.build(config, **{**given, **own})
 
     def train(self, experiences: Any, eval_streams: Optional[Sequence[Any]] = None, **kwargs: Any) -> Any:
         """Avalanche's ``train``; the config's loader options (``num_workers``, ...) apply unless given here."""
@@ -129,9 +179,7 @@ class ConfiguredStrategy(SupervisedTemplate):
     def _with_loader_options(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         # Avalanche hands these keywords to its loaders and to every plugin callback (prototype
         # fitting, the data scan), so one value reaches every loader of the call.
-        if not isinstance(self.config, LoaderOptions):
-            return kwargs
-        return {**kwargs, **loader_options(kwargs, self.config).loader_options()}
+        return {**kwargs, **loader_options(kwargs, self.loader_defaults).loader_options()}
 
     def first_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         raise NotImplementedError
@@ -141,50 +189,40 @@ class ConfiguredStrategy(SupervisedTemplate):
         return []
 
 
-def strategy_signature(config_class: type[Options]) -> inspect.Signature:
-    """``Strategy(model, config=None, *, <every option of config_class>, criterion, device, plugins,
-    evaluator, **kwargs)``: the call :meth:`ConfiguredStrategy.__init__` accepts, each option with
-    its type and default as declared in ``config_class``."""
-    base = inspect.signature(ConfiguredStrategy.__init__).parameters
-    hints = typing.get_type_hints(config_class)
-    options = [inspect.Parameter(spec.name, inspect.Parameter.KEYWORD_ONLY, default=spec.default,
-                                 annotation=hints[spec.name])
-               for spec in dataclasses.fields(config_class) if spec.init]
-    avalanche = [base[name].replace(annotation=hint) for name, hint in typing.get_type_hints(
-        ConfiguredStrategy.__init__).items() if name in ("criterion", "device", "plugins", "evaluator")]
-    return inspect.Signature([
-        base["model"].replace(annotation=nn.Module),
-        base["config"].replace(annotation=Optional[config_class]),
-        *options,
-        *avalanche,
-        inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD, annotation=Any),  # Avalanche's other keywords
-    ], return_annotation=None)
+_UNSET = object()
 
 
-def configured_model(model: nn.Module, model_class: type[nn.Module], config_class: type[Options],
-                     config: Optional[Options], options: dict[str, Any]) -> tuple[nn.Module, Any]:
-    """The strategy's model and its full config.
+def _given(config_class: type[Options], options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options whose value is not their default: those a caller set (a strategy's keywords carry
+    every option). The type counts too: ``kmeans_seed=False`` is not the default 0."""
+    defaults = config_class.defaults()
+    return {name: value for name, value in options.items()
+            if not (type(value) is type(defaults[name]) and value == defaults[name])}
 
-    A plain ViT becomes ``model_class(copy of model, config)``: the models adapt and freeze
-    the ViT they wrap, and the caller's ViT stays usable (Avalanche's own scripts give one
-    model object to several strategies). A ``model_class`` instance is kept, and its own
-    model options fill the config; giving them again is refused.
+
+def _declares_model_first(init: Callable[..., None]) -> bool:
+    parameters = list(inspect.signature(init).parameters.values())[1:]  # after self
+    return bool(parameters) and parameters[0].name == "model" and parameters[0].kind in (
+        inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+def model_first(init: Callable[..., None]) -> Callable[..., None]:
+    """A strategy's ``__init__`` called as Avalanche's strategies are, except that the model may come first.
+
+    Avalanche's ``BaseTemplate`` wraps every strategy's ``__init__``: positional arguments warn
+    (``PositionalArgumentsDeprecatedWarning``) and are passed on as keywords, and an ``__init__``
+    that declares any positional parameter warns on every call. Here ``Strategy(model, **options)``
+    is the documented call, so this wrapper takes the wrapper's place: the model alone given by
+    position passes silently, and every positional argument after it gets Avalanche's own handling
+    (its warning, its mapping onto the keyword-only parameters in order).
     """
-    if not isinstance(model, model_class):
-        config = config_class.build(config, **options)
-        return model_class(copy.deepcopy(model), config), config
-    # The model's own options: the fields of its options class (model.config may be the whole strategy config).
-    model_options = {name: getattr(model.config, name) for name in typing.get_type_hints(model_class)["config"].names()}
-    given = sorted(set(options) & set(model_options))
-    if config is not None:
-        given += sorted(name for name, value in model_options.items()
-                        if name not in given and getattr(config, name) != value)
-    if given:
-        raise ValueError(
-            f"model is already a configured {model_class.__name__} with its own settings; leave {given} unset"
-        )
-    return model, config_class.build(config, **{**options, **model_options})
 
+    @functools.wraps(init)
+    def init_model_first(self: Any, *args: Any, **kwargs: Any) -> None:
+        if len(args) > 1:
+            args, kwargs = _merge_legacy_positional_arguments(init, type(self).__name__, (self, *args), kwargs)
+            return init(*args, **kwargs)
+        return init(self, *args, **kwargs)
 
-# Avalanche wrapped this class's own __init__ too, when it was defined.
-ConfiguredStrategy.__init__ = inspect.unwrap(ConfiguredStrategy.__init__)  # type: ignore[method-assign]
+    init_model_first.takes_model_first = True  # type: ignore[attr-defined]
+    return init_model_first

@@ -14,7 +14,7 @@ from avalanche.core import BasePlugin
 from torch import Tensor, nn
 from torch.optim import SGD
 
-from avalanche_color.config import RoutedExpertsConfig
+from avalanche_color.config import PrototypeOptions, RoutedExpertsConfig
 from avalanche_color.experts.routed_vit import RoutedExpertViT
 from avalanche_color.training.router_plugin import PrototypeRouterPlugin
 from avalanche_color.training.configured_strategy import ConfiguredStrategy
@@ -50,7 +50,8 @@ class RoutedExpertsTemplate(PerExperienceCosine, ConfiguredStrategy):
 
     def own_plugins(self) -> list[BasePlugin]:
         # Bad data is refused first, before any other plugin or the model adaptation acts on it.
-        return [DataChecksPlugin(scan_experiences=self.config.check_data), PrototypeRouterPlugin(self.config)]
+        return [DataChecksPlugin(scan_experiences=self.config.check_data),
+                PrototypeRouterPlugin(self.config.group(PrototypeOptions))]
 
     def check_model_and_optimizer(self, **kwargs: Any) -> None:
         # The optimiser holds only the new expert, so it is built after the

@@ -8,18 +8,21 @@ tokens read from the model), and the query is the same frozen ViT run
 without prompts.
 """
 
-from __future__ import annotations
-
-from typing import Any, ClassVar, Optional
+# No `from __future__ import annotations`: help() and inspect.signature show the evaluated types.
+from collections.abc import Sequence
+from typing import Any, Callable, ClassVar, Optional, Union
 
 import torch
+from avalanche.core import BasePlugin
+from avalanche.training.plugins import EvaluationPlugin
+from avalanche.training.plugins.evaluation import default_evaluator
 from torch import Tensor, nn
 
-from avalanche_color.peers.l2p.config import L2PConfig
+from avalanche_color.peers.l2p.config import HeadInput, L2PConfig, L2PModelOptions, PromptInit
 from avalanche_color.peers.l2p.model import L2PViT
 from avalanche_color.training.configured_strategy import ConfiguredStrategy
-from avalanche_color.utils.experiences import continues_experience
 from avalanche_color.training.plugin_compatibility import L2P_TABLE
+from avalanche_color.utils.experiences import continues_experience
 
 
 class L2P(ConfiguredStrategy):
@@ -32,18 +35,10 @@ class L2P(ConfiguredStrategy):
     experience are masked in training. Adam over pool and head, restarted per
     experience.
 
-    Options are the fields of :class:`~avalanche_color.config.L2PConfig`, with the L2P
-    paper's defaults: M=10 prompts of L_p=5 tokens, N=5 chosen, Adam (betas 0.9,
-    0.999) with constant lr 0.03, batch 128, 5 epochs (Split CIFAR-100); the
-    surrogate weight 0.1 is the L2P code's ``pull_constraint_coeff``.
-
-    Args:
-        model: a timm ``VisionTransformer`` (frozen, not changed), or an
-            :class:`L2PViT` to continue from (then the pool and head options
-            must stay unset).
-        config: an :class:`~avalanche_color.config.L2PConfig`; keyword options replace its fields.
-        criterion: the classification loss; a new ``CrossEntropyLoss`` by default.
-        device, plugins, evaluator, and Avalanche's other keywords: as :class:`~avalanche_color.CoLoR`.
+    Defaults from the L2P paper: M=10 prompts of L_p=5 tokens, N=5 chosen, Adam (betas 0.9,
+    0.999) with constant lr 0.03, batch 128, 5 epochs (Split CIFAR-100); the surrogate weight
+    0.1 is the L2P code's ``pull_constraint_coeff``. Every option is a field of
+    :class:`~avalanche_color.peers.l2p.config.L2PConfig` with the same default.
     """
 
     model: L2PViT
@@ -53,9 +48,74 @@ class L2P(ConfiguredStrategy):
     mb_selection: Optional[Tensor] = None
     config_class: ClassVar[type[L2PConfig]] = L2PConfig
     model_class: ClassVar[type[L2PViT]] = L2PViT
+    model_config_class: ClassVar[type[L2PModelOptions]] = L2PModelOptions
     incompatible_plugins = L2P_TABLE
     optimizer_description = "Adam over the prompt pool and the head, constant learning rate"
     optimizer_options = ("lr",)
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        config: Optional[L2PConfig] = None,
+        pool_size: int = 10,
+        prompt_length: int = 5,
+        top_n: int = 5,
+        head_input: HeadInput = "prompts",
+        class_masking: bool = True,
+        prompt_init: PromptInit = "uniform",
+        surrogate_weight: float = 0.1,
+        lr: float = 0.03,
+        train_mb_size: int = 128,
+        train_epochs: int = 5,
+        eval_mb_size: int = 128,
+        eval_every: int = -1,
+        num_workers: int = 0,
+        pin_memory: Optional[bool] = None,
+        persistent_workers: bool = False,
+        criterion: Optional[nn.Module] = None,
+        device: Union[str, torch.device] = "cpu",
+        plugins: Optional[Sequence[BasePlugin]] = None,
+        evaluator: Union[EvaluationPlugin, Callable[[], EvaluationPlugin]] = default_evaluator,
+        **kwargs: Any,
+    ) -> None:
+        """
+        Args:
+            model: a timm ``VisionTransformer`` (frozen, not changed), or an
+                :class:`~avalanche_color.L2PViT` to continue from: then its own options (the pool
+                and head options) apply, and giving one a value other than its default and the
+                model's is refused.
+            config: all options as one :class:`~avalanche_color.peers.l2p.config.L2PConfig`;
+                options given beside it with a value other than their default replace its fields.
+            pool_size: M, prompts in the pool (L2P: 10).
+            prompt_length: L_p, tokens per prompt (L2P: 5).
+            top_n: N, prompts chosen per sample (L2P: 5); at most ``pool_size``.
+            head_input: ``"prompts"`` (mean of the prompt positions' outputs, L2P) or
+                ``"pooled"`` (the ViT's own pooled feature with prompts in the sequence).
+            class_masking: in training, mask the logits of classes outside the current experience.
+            prompt_init: ``"uniform"`` in [-1, 1] (L2P's default) or ``"zero"``.
+            surrogate_weight: lambda, the weight of the key-query surrogate loss.
+            lr: Adam's learning rate (constant).
+            train_mb_size: training mini-batch size.
+            train_epochs: epochs per experience.
+            eval_mb_size: evaluation mini-batch size.
+            eval_every: Avalanche's periodic evaluation during training: every that many epochs
+                (or iterations, with ``peval_mode="iteration"``); 0: at the end of each experience
+                only; -1: never.
+            num_workers: DataLoader worker processes of every loader (0: in this process).
+            pin_memory: page-locked batches; None: when the device is CUDA.
+            persistent_workers: keep the workers between epochs (needs ``num_workers`` >= 1).
+            criterion: the classification loss; a new ``CrossEntropyLoss`` by default.
+            device: where the model trains and evaluates.
+            plugins: Avalanche plugins (the list is copied, never changed); plugins that cannot
+                act on L2P are refused with the reason.
+            evaluator: Avalanche's ``EvaluationPlugin`` (or a factory of one).
+            **kwargs: other keywords of Avalanche's ``SupervisedTemplate`` (``peval_mode``, ...).
+        """
+        # Every option above, by name: the fields of L2PConfig (tests/test_signatures.py).
+        options = {name: value for name, value in locals().items() if name in L2PConfig.names()}
+        super().__init__(model=model, config=config, options=options, criterion=criterion, device=device,
+                         plugins=plugins, evaluator=evaluator, template_options=kwargs)
 
     def first_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         # Replaced by make_optimizer before each experience, once the head covers its classes.
