@@ -2,7 +2,7 @@
 
 The options are frozen dataclasses, grouped by the part of the method they set:
 
-* :class:`RoutingOptions`: how samples reach an expert (CoLoR, CoLoR++, oracle).
+* :class:`RoutingOptions`: how samples reach an expert (routing features, router).
 * :class:`PrototypeOptions`: the k-means prototypes fitted after each experience.
 * :class:`LoaderOptions`: how data is loaded (DataLoader worker processes, pinned memory).
 * :class:`TrainingOptions`: the learning rate and the budget (Avalanche's mini-batch
@@ -25,15 +25,18 @@ Configs take keywords only (``CoLoRConfig(8)`` is a ``TypeError``).
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Optional, TypeVar
 
-Routing = Literal["backbone", "first_expert", "oracle"]
-Router = Literal["prototypes", "ridge", "gaussian"]
+RoutingFeatures = Literal["backbone", "first_expert"]
+Router = Literal["prototypes", "ridge", "gaussian", "oracle"]
+Routing = Literal["backbone", "first_expert", "oracle"]  # deprecated: routing_features and router say it
 Distance = Literal["euclidean", "l1", "cosine"]
 PrototypeData = Literal["train", "eval"]
 
+ROUTING_FEATURES: tuple[str, ...] = RoutingFeatures.__args__  # type: ignore[attr-defined]
 ROUTINGS: tuple[str, ...] = Routing.__args__  # type: ignore[attr-defined]
 ROUTERS: tuple[str, ...] = Router.__args__  # type: ignore[attr-defined]
 DISTANCES: tuple[str, ...] = Distance.__args__  # type: ignore[attr-defined]
@@ -196,18 +199,20 @@ class Options:
 
 @dataclass(frozen=True, kw_only=True)
 class RoutingOptions(Options):
-    """How each test sample reaches an expert.
+    """How each test sample reaches an expert: where its routing features come from, and what picks.
 
     Attributes:
-        routing: ``"backbone"`` routes with the frozen ViT's features (CoLoR,
-            S-Prompts), ``"first_expert"`` with the ViT plus the first expert
-            (CoLoR++), ``"oracle"`` with the task labels (task-incremental streams).
-        router: what picks the expert from those features. ``"prototypes"``: the nearest
-            k-means prototype (the paper). Beyond the paper, off by default, class-level
-            routers that predict each sample's (expert, class) pair from statistics of every
-            experience's features and labels (:mod:`avalanche_color.routing.class_router`):
-            ``"ridge"`` (RanPAC's closed-form ridge over random ReLU features) or
-            ``"gaussian"`` (per-pair means, one shared covariance: HiDe's Gaussians, in closed form).
+        routing_features: where the features that prototypes are made of and samples are
+            routed by come from: ``"backbone"``, the frozen ViT (CoLoR, S-Prompts), or
+            ``"first_expert"``, the ViT with the first expert (CoLoR++).
+        router: what picks each sample's expert. ``"prototypes"``: the nearest k-means
+            prototype of those features (the paper). ``"oracle"``: the expert trained on the
+            sample's task label (task-incremental streams; no features needed). Beyond the
+            paper, off by default, class-level routers that predict each sample's (expert, class)
+            pair from statistics of every experience's features and labels
+            (:mod:`avalanche_color.routing.class_router`): ``"ridge"`` (RanPAC's closed-form ridge
+            over random ReLU features) or ``"gaussian"`` (per-pair means, one shared covariance:
+            HiDe's Gaussians, in closed form).
         router_width: the ridge router's random features M; its statistics hold M² float64
             numbers (2048: 32 MiB), whatever the number of classes and experiences.
         distance: between features and prototypes: ``"euclidean"``, ``"l1"`` or ``"cosine"``.
@@ -215,20 +220,50 @@ class RoutingOptions(Options):
         cache_evaluation: reuse routing features and frozen experts' outputs across
             evaluations (exact; pays off when the same test stream is evaluated
             after every experience with deterministic transforms).
+
+    The option ``routing`` of earlier versions (``"backbone"``, ``"first_expert"``, ``"oracle"``)
+    is still accepted by :meth:`build` with a ``DeprecationWarning`` (see :meth:`without_routing`).
     """
 
-    routing: Routing = option("backbone", one_of(ROUTINGS), expert_setting=True)
+    routing_features: RoutingFeatures = option("backbone", one_of(ROUTING_FEATURES), expert_setting=True)
     router: Router = option("prototypes", one_of(ROUTERS), expert_setting=True)
     router_width: int = option(2048, check_positive_int, expert_setting=True)
     distance: Distance = option("euclidean", one_of(DISTANCES), expert_setting=True)
     normalize_features: bool = option(True, check_bool, expert_setting=True)
     cache_evaluation: bool = option(False, check_bool)
 
-    def _check_together(self) -> None:
-        super()._check_together()
-        if self.routing == "oracle" and self.router != "prototypes":
-            raise ValueError(f"router={self.router!r} routes by features; routing='oracle' routes by task "
-                             f"label: use one or the other (router='prototypes' with routing='oracle')")
+    @classmethod
+    def build(cls: type[Config], config: Optional["Options"] = None, /, **options: Any) -> Config:
+        """:meth:`Options.build`, also taking the deprecated ``routing`` keyword (with a warning)."""
+        return super().build(config, **RoutingOptions.without_routing(options))  # type: ignore[misc]
+
+    @staticmethod
+    def without_routing(options: dict[str, Any], *, warn: bool = True) -> dict[str, Any]:
+        """``options`` with the deprecated ``routing`` replaced by the options that say it now.
+
+        ``routing="oracle"`` is ``router="oracle"``; ``routing="first_expert"`` is
+        ``routing_features="first_expert"``; ``routing="backbone"`` is ``routing_features="backbone"``.
+        A ``DeprecationWarning`` names the new option (``warn=False``: for files written before,
+        read silently). A ``routing`` that contradicts ``router``/``routing_features`` given beside
+        it is refused, naming both.
+        """
+        if "routing" not in options:
+            return options
+        options = dict(options)
+        routing = options.pop("routing")
+        check_choice("routing", routing, ROUTINGS)
+        name, value = ("router", "oracle") if routing == "oracle" else ("routing_features", routing)
+        if warn:
+            warnings.warn(f"the option routing={routing!r} is deprecated: use {name}={value!r}",
+                          DeprecationWarning, stacklevel=3)
+        if options.get(name, value) not in (value, _DEFAULTS[name]):  # the default: files of before say router='prototypes'
+            raise ValueError(f"routing={routing!r} means {name}={value!r}, but {name}={options[name]!r} was "
+                             f"given too: give only {name} (routing is deprecated)")
+        options[name] = value
+        return options
+
+
+_DEFAULTS = {spec.name: spec.default for spec in dataclasses.fields(RoutingOptions)}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -30,19 +30,19 @@ class SeenLabels(SupervisedPlugin, supports_distributed=True):
         self.labels.setdefault(strategy.experience.current_experience, []).append(strategy.mb_y.cpu())
 
 
-def main(out: Path, train_mb_size: int, router: str, router_width: int) -> None:
+def main(out: Path, train_mb_size: int, router_kind: str, router_width: int) -> None:
     DistributedHelper.init_distributed(0, backend="gloo", use_cuda=False)
     seen = SeenLabels()
-    strategy = tiny_color(train_mb_size=train_mb_size, plugins=[seen], router=router, router_width=router_width,
+    strategy = tiny_color(train_mb_size=train_mb_size, plugins=[seen], router=router_kind, router_width=router_width,
                           **UNSATURATED)
-    class_router = strategy.model.class_router
+    router = strategy.model.router
     results = train_all(strategy, class_stream())
     torch.save(
         {
             "world_size": DistributedHelper.world_size,
-            "prototypes": strategy.model.router.prototypes.cpu(),
-            "owners": strategy.model.router.owners.cpu(),
-            "class_router": None if class_router is None else {k: v.cpu() for k, v in class_router.state_dict().items()},
+            "prototypes": router.prototypes.cpu() if router_kind == "prototypes" else None,
+            "owners": router.owners.cpu() if router_kind == "prototypes" else None,
+            "class_router": {k: v.cpu() for k, v in router.state_dict().items()} if router_kind != "prototypes" else None,
             "accuracy": stream_metric(results, "Top1_Acc"),
             "routing_accuracy": stream_metric(results, "RoutingAcc"),
             "seen_labels": {exp: torch.cat(batches) for exp, batches in seen.labels.items()},

@@ -48,7 +48,7 @@ CHANCE = 1 / NUM_CLASSES
 LEARNED = 0.6  # "clearly above chance" for the final stream accuracy (chance 0.25)
 
 STRATEGIES = ("CoLoR", "SPrompts", "L2P")
-ROUTED = ("CoLoR", "SPrompts")  # the strategies with routing (and routing="oracle")
+ROUTED = ("CoLoR", "SPrompts")  # the strategies with routing (and router="oracle")
 
 
 # ------------------------------------------------------------------------------------- model
@@ -303,14 +303,14 @@ STREAMS: dict[str, Callable] = {
     "filelist_benchmark": filelists,
 }
 
-# Streams whose experiences carry distinct task labels (0, 1): routing="oracle" applies.
+# Streams whose experiences carry distinct task labels (0, 1): router="oracle" applies.
 TASK_LABELLED: dict[str, Callable] = {
     "nc_benchmark-task_labels": STREAMS["nc_benchmark-task_labels"],
     "tensors_benchmark-task_labels": lambda tmp_path: tensors(tmp_path, task_labels=(0, 1)),
     "task_incremental_benchmark": task_incremental,
 }
 
-# Streams whose experiences all have task label 0: routing="oracle" cannot tell them apart.
+# Streams whose experiences all have task label 0: router="oracle" cannot tell them apart.
 UNLABELLED: dict[str, Callable] = {
     "nc_benchmark": nc,
     "tensors_benchmark": tensors,

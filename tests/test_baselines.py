@@ -97,7 +97,7 @@ def test_joint_methods_train_once_on_every_class(method, hp, one_thread):
     assert accuracy(strategy, benchmark.test_stream) > 0.8  # chance: 0.25
     if method == "Joint-LoRA":  # one CoLoR expert over every class; the backbone frozen
         expert_vit = strategy.model.experts
-        assert expert_vit.num_experts == 1 and expert_vit.heads[0].classes.tolist() == [0, 1, 2, 3]
+        assert expert_vit.num_experts == 1 and expert_vit.bank.heads[0].classes.tolist() == [0, 1, 2, 3]
         lora, head = 2 * 2 * 2 * (32 + 32), 32 * 4 + 4  # depth x (q, v) x r x (in + out); 4 classes
         assert trainable_parameters_per_experience(strategy) == lora + head
         untouched = {k: v for k, v in vit.state_dict().items()}

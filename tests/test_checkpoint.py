@@ -119,7 +119,7 @@ def test_a_save_that_fails_midway_keeps_the_previous_checkpoint(tmp_path, monkey
 @pytest.mark.parametrize("change, message", [
     (dict(vit_seed=1), r"backbone: the checkpoint's experts were trained on another backbone"),
     (dict(rank=2), r"rank: checkpoint 4, model 2"),
-    (dict(routing="first_expert"), r"routing: checkpoint 'backbone', model 'first_expert'"),
+    (dict(routing_features="first_expert"), r"routing_features: checkpoint 'backbone', model 'first_expert'"),
     (dict(classes_per_experience=3), r"classes: the checkpoint's stream has classes \[\[0, 1\], \[2, 3\]\]"),
 ])
 def test_refuses_a_checkpoint_of_another_backbone_rank_routing_or_class_set(tmp_path, change, message):

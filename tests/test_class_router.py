@@ -118,7 +118,7 @@ def test_separable_streams_are_routed_perfectly(kind, make_stream):
     results = train_all(strategy, benchmark)
     assert stream_metric(results, "RoutingAcc") == 1.0
     model = strategy.model.eval()
-    assert model.class_router is not None and model.class_router.kind == kind
+    assert isinstance(model.router, ClassRouter) and model.router.kind == kind
     for expert, experience in enumerate(benchmark.test_stream):
         images = torch.stack([sample[0] for sample in experience.dataset])
         assert model.route(images).tolist() == [expert] * len(images)
@@ -138,7 +138,7 @@ def test_router_statistics_round_trip_through_a_checkpoint(tmp_path):
     strategy = tiny_color(router="ridge", router_width=128, train_epochs=2, k=2)
     train_stream(strategy, benchmark, checkpoint=path)
     stored = read_checkpoint(path).experts
-    assert any(key.startswith("class_router.") for key in stored)
+    assert any(key.startswith("router.classifier.") for key in stored)
     fresh = tiny_color(router="ridge", router_width=128, train_epochs=2, k=2)
     CheckpointPlugin(path).resume(fresh, [[0, 1], [2, 3], [4, 5]])
     for key, value in strategy.model.experts_state_dict().items():
@@ -154,19 +154,19 @@ def test_a_periodic_evaluation_inside_an_experience_counts_its_samples_once():
     for experience in benchmark.train_stream:
         plain.train(experience)
         periodic.train(experience, eval_streams=[benchmark.test_stream])
-    ridge, again = plain.model.class_router.classifier, periodic.model.class_router.classifier
+    ridge, again = plain.model.router.classifier, periodic.model.router.classifier
     torch.testing.assert_close(again.gram, ridge.gram)
     torch.testing.assert_close(again.readout, ridge.readout)
 
 
 @pytest.mark.parametrize("options, message", [
-    (dict(router="knn"), r"router must be one of \('prototypes', 'ridge', 'gaussian'\), got 'knn'"),
-    (dict(router="ridge", routing="oracle"), r"router='ridge' routes by features; routing='oracle'"),
+    (dict(router="knn"), r"router must be one of \('prototypes', 'ridge', 'gaussian', 'oracle'\), got 'knn'"),
+    (dict(router="ridge", routing="oracle"), r"routing='oracle' means router='oracle', but router='ridge' was given too"),
     (dict(router_width=0), r"router_width must be an integer >= 1, got 0"),
 ])
 def test_bad_router_options_are_refused_by_name(options, message):
     with pytest.raises(ValueError, match=message):
-        CoLoRConfig(**options)
+        CoLoRConfig.build(**options)
 
 
 def test_ridge_refuses_a_non_positive_lambda_and_mismatched_inputs():

@@ -53,7 +53,7 @@ def one_process() -> tuple:
 
 def test_class_router_statistics_come_from_every_rank_and_equal_a_single_process_run(tmp_path):
     first, second = launch_two_ranks(tmp_path, router="ridge")
-    single = run_in_one_process(router="ridge", router_width=ROUTER_WIDTH)[0].model.class_router.state_dict()
+    single = run_in_one_process(router="ridge", router_width=ROUTER_WIDTH)[0].model.router.state_dict()
     assert first["class_router"].keys() == single.keys()
     for key, value in single.items():
         assert torch.equal(first["class_router"][key], second["class_router"][key]), key

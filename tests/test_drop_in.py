@@ -166,7 +166,7 @@ def test_learns_the_stream(name, stream, tmp_path):
 @pytest.mark.parametrize("stream", list(TASK_LABELLED))
 @pytest.mark.parametrize("name", ROUTED)
 def test_oracle_routing_learns_a_stream_with_task_labels(name, stream, tmp_path):
-    assert_learns(name, train_stream_and_eval(build(name, routing="oracle"), TASK_LABELLED[stream](tmp_path)))
+    assert_learns(name, train_stream_and_eval(build(name, router="oracle"), TASK_LABELLED[stream](tmp_path)))
 
 
 @pytest.mark.parametrize("stream", list(UNLABELLED))
@@ -174,7 +174,7 @@ def test_oracle_routing_learns_a_stream_with_task_labels(name, stream, tmp_path)
 def test_oracle_routing_without_distinct_task_labels_is_refused_before_training(name, stream, tmp_path):
     benchmark = UNLABELLED[stream](tmp_path)
     recorder = LossRecorder()
-    strategy = build(name, routing="oracle", plugins=[recorder])
+    strategy = build(name, router="oracle", plugins=[recorder])
     with pytest.raises(ValueError, match="oracle") as refusal:
         for experience in benchmark.train_stream:
             refused = experience.current_experience
@@ -367,8 +367,8 @@ def test_online_stream_with_task_boundaries_learns_as_the_whole_stream(name, onl
     assert_learns(name, accuracy)
     if name in ROUTED:
         model = strategy.model
-        assert model.expert_experiences.tolist() == [0, 1], "one expert per origin experience"
-        assert model.expert_finished.tolist() == [True, True]
+        assert model.bank.experiences.tolist() == [0, 1], "one expert per origin experience"
+        assert model.bank.finished.tolist() == [True, True]
         assert sorted(set(model.router.owners.tolist())) == [0, 1], "prototypes for both experts"
         assert model.router.owners.tolist().count(1) == SETTINGS[name]["k"]
     if name != "Naive":  # Naive forgets either way: it only shows the situation is valid Avalanche
@@ -435,8 +435,8 @@ def test_experiences_with_several_task_labels_learn(name, tmp_path):
 @pytest.mark.parametrize("name", ROUTED)
 def test_oracle_routing_refuses_an_experience_with_several_task_labels(name, tmp_path):
     recorder = LossRecorder()
-    strategy = make(name, routing="oracle", plugins=[recorder])
-    with pytest.raises(ValueError, match=r"routing='oracle' .* must have one task label, got \[1, 2, 3, 4\]"):
+    strategy = make(name, router="oracle", plugins=[recorder])
+    with pytest.raises(ValueError, match=r"router='oracle' .* must have one task label, got \[1, 2, 3, 4\]"):
         strategy.train(mixed_task_labels(tmp_path).train_stream[0])
     assert not recorder.losses and strategy.model.num_experts == 0
 
@@ -535,7 +535,7 @@ def test_online_class_router_learns_from_every_chunk_and_counts_each_sample_once
         strategy.eval(test_stream)
     accuracy = stream_accuracy(strategy.eval(test_stream), test_stream)
     assert_learns("CoLoR", accuracy)
-    class_router = strategy.model.class_router
+    class_router = strategy.model.router
     assert sorted(set(class_router.pair_experts.tolist())) == [0, 1] and int(class_router.pending_expert) == -1
     if router == "gaussian":  # its statistics count samples: each training sample exactly once
         assert int(class_router.classifier.counts.sum()) == sum(len(chunk.dataset) for chunk in chunks)

@@ -50,13 +50,13 @@ def float32_routes(benchmark) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("method", list(METHODS))
 def test_backbone_dtype_trains_evaluates_and_routes_as_float32(method, dtype, benchmark, float32_routes, one_thread):
     model = trained(method, dtype, benchmark)
-    assert {p.dtype for head in model.heads for p in head.parameters()} == {dtype}
+    assert {p.dtype for head in model.bank.heads for p in head.parameters()} == {dtype}
     images, experts = labelled_test_images(benchmark)  # float32 images, converted by the model
     with torch.no_grad():
         logits, routes = model(images), model.route(images)
     assert logits.dtype == dtype
     # Each sample's routed expert scores its own classes with finite logits (-inf elsewhere).
-    known = torch.stack([torch.isin(torch.arange(model.num_classes), model.heads[e].classes) for e in routes.tolist()])
+    known = torch.stack([torch.isin(torch.arange(model.num_classes), model.bank.heads[e].classes) for e in routes.tolist()])
     assert bool(logits[known].isfinite().all()) and bool((logits[~known] == float("-inf")).all())
     # The toy domains are far apart: float32 routes every sample to its own expert, and so does this dtype.
     assert torch.equal(float32_routes[method], experts)

@@ -79,14 +79,14 @@ def test_refuses_images_the_backbone_cannot_take_before_creating_an_expert():
 
 def test_refuses_images_with_the_wrong_channel_count():
     model = ExpertViT(tiny_vit(), rank=2)
-    model.add_expert([0, 1])
+    model.start_expert([0, 1])
     with pytest.raises(ValueError, match=r"images must have shape \(batch, 3, 16, 16\), got \(2, 1, 16, 16\)"):
         model(torch.zeros(2, 1, 16, 16))
 
 
 def test_refuses_a_state_of_another_rank():
     model = ExpertViT(tiny_vit(), rank=2)
-    model.add_expert([0, 1])
+    model.start_expert([0, 1])
     with pytest.raises(ValueError, match=r"backbone.blocks.0.attn.qkv.experts.0.A has shape \(2, 2, 32\), this "
                                          r"model's experts have \(2, 3, 32\) \(rank=3\)"):
         ExpertViT(tiny_vit(), rank=3).load_experts_state_dict(model.experts_state_dict())
@@ -94,8 +94,8 @@ def test_refuses_a_state_of_another_rank():
 
 def test_every_stored_expert_tensor_is_checked_before_the_model_changes():
     model = ExpertViT(tiny_vit(), rank=2)
-    model.add_expert([0, 1])
-    model.add_expert([2, 3])
+    model.start_expert([0, 1])
+    model.start_expert([2, 3])
     state = model.experts_state_dict()
     state["backbone.blocks.1.attn.qkv.experts.1.B"] = torch.zeros(2, 32, 5)
     target = ExpertViT(tiny_vit(), rank=2)

@@ -28,8 +28,8 @@ def test_cached_evaluation_equals_uncached_after_every_experience(routing, keys,
         from avalanche_color.routing.eval_cache import device_digests
         monkeypatch.setattr(routed_vit, "image_keys", lambda x: [r.tobytes() for r in device_digests(x).numpy()])
     benchmark = class_stream(num_experiences=3)
-    cached = tiny_color(routing=routing, train_epochs=2, cache_evaluation=True)
-    plain = tiny_color(routing=routing, train_epochs=2)
+    cached = tiny_color(routing_features=routing, train_epochs=2, cache_evaluation=True)
+    plain = tiny_color(routing_features=routing, train_epochs=2)
     for index, experience in enumerate(benchmark.train_stream):
         for strategy in (cached, plain):
             torch.manual_seed(index)  # the same shuffling for both
@@ -52,11 +52,10 @@ def test_cache_reuses_routing_features_and_frozen_experts():
     images = torch.cat([torch.stack([s[0] for s in e.dataset]) for e in benchmark.test_stream])
     with torch.no_grad():
         routed = strategy.model.eval().route(images)
-    to_frozen = int((routed < 2).sum())  # experts 0 and 1 are frozen; expert 2 may still train
-    assert 0 < to_frozen < len(images)
+    assert len(set(routed.tolist())) == 3  # every expert, each finished after its experience, is reused
     hits_before = cache.hits
     strategy.eval(benchmark.test_stream)  # nothing changed since the last evaluation
-    assert cache.hits - hits_before == len(images) + to_frozen  # all routing features, frozen rows
+    assert cache.hits - hits_before == 2 * len(images)  # all routing features, all rows
     assert len(cache.features) == len(images)
 
 
@@ -64,13 +63,49 @@ def test_cache_never_stores_the_training_expert():
     strategy = tiny_color(train_epochs=1, cache_evaluation=True)
     strategy.train(class_stream().train_stream[0])
     model = strategy.model
-    model.requires_grad_(False)
-    for p in model.expert_parameters(0):  # as during an eval inside training
-        p.requires_grad_(True)
+    model.bank.finished[0] = False  # as during an eval inside training: the expert still trains
+    model.bank.set_trainable(0)
     model.eval()
     with torch.no_grad():
         model(torch.randn(4, 3, 16, 16))
-    assert not model.eval_cache.logits
+    assert not model.eval_cache.logits and model.eval_cache.features  # routing features are the backbone's
+
+
+def test_requires_grad_changes_neither_the_computation_nor_what_the_cache_keeps():
+    benchmark = class_stream(num_experiences=2)
+    strategy = tiny_color(train_epochs=1, cache_evaluation=True)
+    for experience in benchmark.train_stream:
+        strategy.train(experience)
+    model = strategy.model.eval()
+    images = torch.cat([torch.stack([s[0] for s in e.dataset]) for e in benchmark.test_stream])
+    with torch.no_grad():
+        expected = model(images)
+    stored = (set(model.eval_cache.features), set(model.eval_cache.logits))
+    model.requires_grad_(True)  # a user's call: it makes no expert the one that trains
+    assert model.bank.trainable is None
+    model.eval_cache.clear()
+    with torch.no_grad():
+        assert torch.equal(model(images), expected)  # the same kernels as before
+    assert (set(model.eval_cache.features), set(model.eval_cache.logits)) == stored
+    with torch.no_grad():  # train mode, given experts: frozen experts computed as in eval mode
+        assert torch.equal(model.train()(images, experts=model.route(images)), expected)
+
+
+def test_loading_a_state_drops_the_cached_work():
+    benchmark = class_stream(num_experiences=2)
+    strategy = tiny_color(train_epochs=1, cache_evaluation=True)
+    other = tiny_color(train_epochs=1, lr=0.2, seed=1)
+    for experience in benchmark.train_stream:
+        strategy.train(experience)
+        other.train(experience)
+    strategy.eval(benchmark.test_stream)
+    model = strategy.model
+    assert model.eval_cache.logits and model.eval_cache.features
+    model.load_state_dict(other.model.state_dict())
+    assert not model.eval_cache.logits and not model.eval_cache.features
+    images = torch.cat([torch.stack([s[0] for s in e.dataset]) for e in benchmark.test_stream])
+    with torch.no_grad():
+        assert torch.equal(model.eval()(images), other.model.eval()(images))
 
 
 def test_device_digests_tell_images_apart_and_depend_only_on_each_image():

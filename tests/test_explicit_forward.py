@@ -1,4 +1,5 @@
-"""The forward pass says which expert runs: experts are arguments or return values, never state."""
+"""The forward pass says which expert runs: experts are arguments or return values; the one piece of
+state a forward leaves is the declared record of the experts it routed to (``model.routed_experts``)."""
 
 import pytest
 import torch
@@ -53,11 +54,16 @@ def test_given_experts_run_in_train_mode_too_where_routing_refuses(trained):
 
 
 @torch.no_grad()
-def test_a_forward_leaves_nothing_behind_on_the_model(trained):
+def test_a_forward_leaves_nothing_behind_on_the_model_but_the_experts_it_routed_to(trained):
     strategy, images = trained
     model = strategy.model.eval()
+    model(images[:3], experts=torch.tensor([2, 0, 1]))
     before = plain_attributes(model)
+    assert model.routed_experts is None  # given experts: nothing was routed
     model(images)
+    assert torch.equal(model.routed_experts, model.route(images))
+    after = plain_attributes(model)
+    assert {key for key in before if before[key] is not after[key]} == {("", "routed_experts")}
     model(images[:3], experts=torch.tensor([2, 0, 1]))
     assert plain_attributes(model) == before
 
@@ -75,14 +81,14 @@ def test_bad_experts_are_refused_naming_what_is_allowed(trained, experts, messag
 
 
 class KeepExperts(SupervisedPlugin):
-    """Records, after each evaluation forward, the batch and the experts the strategy kept."""
+    """Records, after each evaluation forward, the batch and the experts the model routed it to."""
 
     def __init__(self):
         super().__init__()
         self.batches = []
 
     def after_eval_forward(self, strategy, **kwargs):
-        self.batches.append((strategy.mb_x.clone(), strategy.mb_experts))
+        self.batches.append((strategy.mb_x.clone(), strategy.model.routed_experts))
 
 
 @pytest.mark.parametrize("model_class", [ExpertViT, PromptExpertViT])

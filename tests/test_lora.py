@@ -15,7 +15,7 @@ def randomise_experts(model: ExpertViT, seed: int = 1) -> None:
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, parameter in model.named_parameters():
-            if ".experts." in name or name.startswith("heads."):
+            if ".experts." in name or name.startswith("bank.heads."):
                 parameter.copy_(torch.randn(parameter.shape, generator=generator))
 
 
@@ -26,7 +26,7 @@ def images(n: int = 4, seed: int = 0) -> torch.Tensor:
 def test_new_expert_computes_exactly_the_backbone():
     reference = tiny_vit().eval()
     model = ExpertViT(tiny_vit(), rank=4)
-    model.add_expert([0, 1])
+    model.start_expert([0, 1])
     x = images()
     expected = reference.forward_head(reference.forward_features(x), pre_logits=True)
     assert torch.equal(model.features(x, 0), expected)
@@ -35,7 +35,7 @@ def test_new_expert_computes_exactly_the_backbone():
 
 def test_key_projection_is_never_adapted():
     model = ExpertViT(tiny_vit(), rank=4)
-    model.add_expert([0, 1])
+    model.start_expert([0, 1])
     randomise_experts(model)
     layer = model.qkv_layers[0]
     tokens = torch.randn(2, 5, layer.in_features)
@@ -66,17 +66,16 @@ def test_matches_loralib_merged_linear_on_q_and_v():
 
 
 def three_random_experts() -> ExpertViT:
-    """Three experts with random weights; the newest (2) trains, as after add_expert."""
+    """Three experts with random weights; the newest (2) trains, as after start_expert."""
     model = ExpertViT(tiny_vit(), rank=4).eval()
     for classes in ([0, 1], [2, 3, 4], [5]):
-        model.add_expert(classes)
+        model.start_expert(classes)
     randomise_experts(model)
     return model
 
 
 def set_training(model: ExpertViT, expert: int, trains: bool) -> None:
-    for parameter in model.expert_parameters(expert):
-        parameter.requires_grad_(trains)
+    model.bank.set_trainable(expert if trains else None)
 
 
 @pytest.mark.parametrize("newest_trains", [False, True],
@@ -94,13 +93,13 @@ def test_mixed_batch_rows_equal_each_experts_own_run(newest_trains):
     # each row has finite logits exactly on its expert's classes
     known = torch.isfinite(mixed)
     for row, expert in enumerate(experts.tolist()):
-        assert known[row].nonzero().squeeze(1).tolist() == model.heads[expert].classes.tolist()
+        assert known[row].nonzero().squeeze(1).tolist() == model.bank.heads[expert].classes.tolist()
 
 
 def test_trainable_parameters_match_the_papers_table_1():
     vit = timm.create_model("vit_base_patch16_224", pretrained=False, num_classes=0)
     model = ExpertViT(vit, rank=1)
-    model.add_expert([0, 1])
+    model.start_expert([0, 1])
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     assert trainable == 12 * 2 * 1 * (768 + 768) + 768 * 2 + 2 == 38_402
 
@@ -108,19 +107,19 @@ def test_trainable_parameters_match_the_papers_table_1():
 def test_all_experts_share_one_copy_of_the_backbone_weights():
     model = ExpertViT(tiny_vit(), rank=2)
     for _ in range(3):
-        model.add_expert([0, 1])
+        model.start_expert([0, 1])
     backbone_params = sum(p.numel() for n, p in model.named_parameters() if ".experts." not in n
-                          and not n.startswith("heads."))
+                          and not n.startswith("bank.heads."))
     assert backbone_params == sum(p.numel() for p in tiny_vit().parameters())
 
 
 @pytest.mark.parametrize("rank", [1, 8])
 def test_new_expert_trains_only_its_own_weights(rank):
     model = ExpertViT(tiny_vit(), rank=rank)
-    model.add_expert([0, 1])
-    model.add_expert([2, 3])
+    model.start_expert([0, 1])
+    model.start_expert([2, 3])
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
-    assert trainable and all(".experts.1." in n or n.startswith("heads.1.") for n in trainable)
+    assert trainable and all(".experts.1." in n or n.startswith("bank.heads.1.") for n in trainable)
 
 
 @pytest.mark.parametrize(
@@ -136,7 +135,7 @@ def test_any_timm_vit_shape_works(shape):
     vit = tiny_vit(**shape)
     reference = tiny_vit(**shape).eval()
     model = ExpertViT(vit, rank=2)
-    model.add_expert([3, 7])
+    model.start_expert([3, 7])
     randomise_experts(model)
     size = shape["img_size"]
     x = torch.randn(3, 3, size, size)
@@ -175,8 +174,8 @@ def test_merging_never_writes_the_shared_weight():
 
 def test_routed_inference_and_training_run_under_bf16_autocast():
     model = ExpertViT(tiny_vit(), rank=4)
-    model.add_expert([0, 1])
-    model.add_expert([2, 3])
+    model.start_expert([0, 1])
+    model.start_expert([2, 3])
     model.router.set_prototypes(0, torch.zeros(1, 32))
     model.router.set_prototypes(1, torch.ones(1, 32))
     images = torch.randn(6, 3, 16, 16, generator=torch.Generator().manual_seed(0))
@@ -199,7 +198,7 @@ def test_routed_inference_and_training_run_under_bf16_autocast():
 def test_the_explicit_forward_is_timms_bit_for_bit_without_experts(shape, fused_attention):
     reference = tiny_vit(**shape).eval()
     model = ExpertViT(tiny_vit(**shape), rank=2)
-    model.add_expert([0, 1])
+    model.start_expert([0, 1])
     randomise_experts(model)
     for block in [*reference.blocks, *model.backbone.blocks]:
         block.attn.fused_attn = fused_attention

@@ -18,8 +18,8 @@ def test_a_loaded_model_left_in_train_mode_refuses_and_after_eval_predicts_as_tr
 
     loaded = ExpertViT(tiny_vit(), rank=4)  # a new module starts in train mode: the README's pitfall
     loaded.load_experts_state_dict(trained.experts_state_dict())
-    assert loaded.training and bool(loaded.expert_finished.all())
-    with pytest.raises(RuntimeError, match=r"train mode.*all its 3 experts are finished: call model.eval\(\)"):
+    assert loaded.training and bool(loaded.bank.finished.all())
+    with pytest.raises(RuntimeError, match=r"train mode.*none of its 3 experts trains: call model.eval\(\)"):
         loaded(images)
     assert torch.equal(loaded.eval()(images), expected)
     with pytest.raises(RuntimeError, match="call model.eval"):
@@ -29,9 +29,9 @@ def test_a_loaded_model_left_in_train_mode_refuses_and_after_eval_predicts_as_tr
 @pytest.mark.parametrize("model_class", [ExpertViT, PromptExpertViT])
 def test_while_an_expert_trains_train_mode_predicts_with_it(model_class):
     model = model_class(tiny_vit())
-    model.add_expert([0, 1])
+    model.start_expert([0, 1])
     model.finish_expert(0)
-    model.add_expert([2, 3])  # unfinished: the one being trained
+    model.start_expert([2, 3])  # unfinished: the one being trained
     images = torch.randn(4, 3, 16, 16, generator=torch.Generator().manual_seed(0))
     model.train()
     assert torch.equal(model(images), model.predict(images, 1))
@@ -43,6 +43,6 @@ def test_training_continues_after_a_finished_experience():
     benchmark = class_stream(num_experiences=2)
     strategy = tiny_color(**UNSATURATED)
     strategy.train(benchmark.train_stream[0])
-    assert bool(strategy.model.expert_finished.all())
+    assert bool(strategy.model.bank.finished.all())
     strategy.train(benchmark.train_stream[1])
-    assert strategy.model.num_experts == 2 and bool(strategy.model.expert_finished.all())
+    assert strategy.model.num_experts == 2 and bool(strategy.model.bank.finished.all())

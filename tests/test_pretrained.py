@@ -36,7 +36,7 @@ def test_the_folder_holds_safetensors_and_a_readable_config(trained):
     config = json.loads((folder / "config.json").read_text())
     assert sorted(p.name for p in folder.iterdir()) == ["config.json", "experts.safetensors"]
     assert config["model"] == "ExpertViT" and config["options"]["rank"] == model.rank
-    assert [e["classes"] for e in config["experts"]] == [h.classes.tolist() for h in model.heads]
+    assert [e["classes"] for e in config["experts"]] == [h.classes.tolist() for h in model.bank.heads]
     assert len(config["backbone"]["digest"]) == 32 and config["version"]
 
 
@@ -49,8 +49,8 @@ def test_another_backbone_is_refused(trained):
 def test_each_changed_expert_setting_is_named(trained):
     _, folder, _ = trained
     with pytest.raises(ValueError, match=r"distance: saved 'euclidean', given 'cosine'; "
-                                         r"routing: saved 'backbone', given 'first_expert'"):
-        ExpertViT.from_pretrained(folder, tiny_vit(), routing="first_expert", distance="cosine")
+                                         r"routing_features: saved 'backbone', given 'first_expert'"):
+        ExpertViT.from_pretrained(folder, tiny_vit(), routing_features="first_expert", distance="cosine")
 
 
 def test_a_setting_that_keeps_the_experts_meaning_may_change(trained):
@@ -77,8 +77,8 @@ def test_a_folder_without_a_saved_model_is_refused(tmp_path):
 
 def test_prompt_experts_round_trip_too(tmp_path):
     strategy_model = PromptExpertViT(tiny_vit(), prompt_length=2)
-    strategy_model.add_expert([0, 1])
-    torch.nn.init.normal_(strategy_model.heads[0].linear.weight)
+    strategy_model.start_expert([0, 1])
+    torch.nn.init.normal_(strategy_model.bank.heads[0].linear.weight)
     strategy_model.finish_expert(0)
     images = torch.randn(4, 3, 16, 16, generator=torch.Generator().manual_seed(0))
     loaded = PromptExpertViT.from_pretrained(strategy_model.save_pretrained(tmp_path / "p"), tiny_vit())
@@ -97,7 +97,7 @@ def test_a_failed_save_leaves_the_earlier_one_whole_and_no_temporary_folder(trai
     folder = model.save_pretrained(tmp_path / "experts")
     before = saved_files(folder)
     other = PromptExpertViT(tiny_vit(), prompt_length=2)
-    other.add_expert([0, 1])
+    other.start_expert([0, 1])
 
     def broken_save_file(tensors, filename):  # dies half-way through the weights
         with open(filename, "wb") as file:
@@ -117,7 +117,7 @@ def test_a_failed_save_leaves_the_earlier_one_whole_and_no_temporary_folder(trai
 def test_saving_again_replaces_an_earlier_save_and_refuses_a_folder_with_other_files(trained, tmp_path):
     model, _, images = trained
     first = PromptExpertViT(tiny_vit(), prompt_length=2)
-    first.add_expert([0, 1])
+    first.start_expert([0, 1])
     folder = first.save_pretrained(tmp_path / "experts")
     model.save_pretrained(folder)
     assert torch.equal(ExpertViT.from_pretrained(folder, tiny_vit())(images), model(images))

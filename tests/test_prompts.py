@@ -41,7 +41,7 @@ def test_zero_length_prompts_reproduce_the_backbone(variant):
     assert torch.equal(prompted_features(vit, x, no_prompts), vit.forward_head(vit.forward_features(x), pre_logits=True))
 
     model = PromptExpertViT(tiny_vit(**variant), prompt_length=0)
-    model.add_expert([0, 1])
+    model.start_expert([0, 1])
     assert torch.equal(model.features(x, 0), model.features(x))
 
 
@@ -71,7 +71,7 @@ def test_prompts_enter_only_as_tokens_behind_the_prefix_tokens(variant):
 def test_each_sample_of_a_mixed_batch_sees_only_its_own_experts_prompts():
     model = PromptExpertViT(tiny_vit(), prompt_length=3)
     for classes in ([0, 1], [2, 3], [4, 5]):
-        model.add_expert(classes)
+        model.start_expert(classes)
         model.prompts[-1].tokens.normal_()
     x = images(9)
     experts = torch.tensor([2, 0, 1, 1, 0, 2, 0, 1, 2])
@@ -97,7 +97,7 @@ def test_s_prompts_and_color_route_identically_given_the_same_prototypes():
     prototypes = backbone[:9]  # samples 0..8 are prototypes: expert e owns samples 3e..3e+2
     for model in (color, s_prompts):
         for expert in range(3):
-            model.add_expert([2 * expert, 2 * expert + 1])
+            model.start_expert([2 * expert, 2 * expert + 1])
             model.router.set_prototypes(expert, prototypes[3 * expert : 3 * expert + 3])
     routed = color.route(x)
     assert torch.equal(s_prompts.route(x), routed)
@@ -143,7 +143,7 @@ def test_only_the_current_prompts_and_head_learn():
     strategy.train(benchmark.train_stream[1])
     assert recorder.with_gradient
     for names in recorder.with_gradient:
-        assert names == {"prompts.1.tokens", "heads.1.linear.weight", "heads.1.linear.bias"}, names
+        assert names == {"prompts.1.tokens", "bank.heads.1.linear.weight", "bank.heads.1.linear.bias"}, names
     after = strategy.model.experts_state_dict()
     for key, value in before.items():
         if key.startswith(("prompts.0.", "heads.0.")):
@@ -154,7 +154,7 @@ def test_only_the_current_prompts_and_head_learn():
 
 def test_expert_parameters_are_its_prompt_tokens_and_head():
     model = PromptExpertViT(tiny_vit())  # S-Prompts' default: 10 tokens
-    model.add_expert([0, 1])
+    model.start_expert([0, 1])
     assert model.prompt_length == 10
     assert sum(p.numel() for p in model.expert_parameters(0)) == 10 * 32 + (32 * 2 + 2)
 

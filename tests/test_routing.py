@@ -35,7 +35,7 @@ def test_prototypes_are_kmeans_of_normalised_backbone_features():
 
 def test_color_plus_plus_routes_with_first_expert_features():
     benchmark = class_stream(num_experiences=3)
-    strategy = tiny_color(k=2, routing="first_expert", prototype_data="eval")
+    strategy = tiny_color(k=2, routing_features="first_expert", prototype_data="eval")
     train_all(strategy, benchmark)
     model = strategy.model
     images = stream_images(benchmark.train_stream)
@@ -52,7 +52,7 @@ def test_color_plus_plus_routes_with_first_expert_features():
 
 def test_oracle_routing_follows_task_labels():
     benchmark = class_stream(num_experiences=3, task_labels=True)
-    strategy = tiny_color(routing="oracle")
+    strategy = tiny_color(router="oracle")
     results = train_all(strategy, benchmark)
     model = strategy.model.eval()
     images = torch.cat(stream_images(benchmark.test_stream))
@@ -63,7 +63,7 @@ def test_oracle_routing_follows_task_labels():
 
 
 def test_oracle_routing_refuses_a_stream_without_distinct_task_labels_before_training_on_it():
-    strategy = tiny_color(routing="oracle", train_epochs=1)
+    strategy = tiny_color(router="oracle", train_epochs=1)
     benchmark = class_stream()
     strategy.train(benchmark.train_stream[0])
     with pytest.raises(ValueError, match="every experience needs its own: experience 1 has task label 0, like experience 0"):
@@ -135,8 +135,8 @@ def test_revisiting_an_experience_adds_a_further_expert_and_leaves_the_others_un
     before = {k: v.clone() for k, v in strategy.model.experts_state_dict().items()}
     strategy.train(first)
     model = strategy.model
-    assert model.num_experts == 3 and model.expert_experiences.tolist() == [0, 1, 0]
-    assert model.heads[2].classes.tolist() == [0, 1] and model.expert_finished.tolist() == [True, True, True]
+    assert model.num_experts == 3 and model.bank.experiences.tolist() == [0, 1, 0]
+    assert model.bank.heads[2].classes.tolist() == [0, 1] and model.bank.finished.tolist() == [True, True, True]
     after = model.experts_state_dict()
     for key, value in before.items():
         if key.startswith(("heads.0.", "heads.1.")) or ".experts.0." in key or ".experts.1." in key:

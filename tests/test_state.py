@@ -23,7 +23,7 @@ def test_state_dict_round_trip_gives_identical_logits():
     assert restored.num_experts == 3
     assert torch.equal(restored(images), trained(images))
     assert torch.equal(restored.router.prototypes, trained.router.prototypes)
-    assert torch.equal(restored.expert_experiences, trained.expert_experiences)
+    assert torch.equal(restored.bank.experiences, trained.bank.experiences)
 
 
 def test_full_state_dict_also_round_trips():

@@ -23,7 +23,7 @@ class GradientRecorder(SupervisedPlugin):
 
 def expert_zero_state(model):
     keep = {k: v.clone() for k, v in model.experts_state_dict().items()
-            if ".experts.0." in k or k.startswith("heads.0.")}
+            if ".experts.0." in k or k.startswith("bank.heads.0.")}
     keep["prototypes"] = model.router.prototypes[model.router.owners == 0].clone()
     return keep
 
@@ -39,7 +39,7 @@ def test_only_the_current_expert_learns_and_earlier_experts_stay_identical():
 
     assert recorder.with_gradient, "no training step was recorded"
     for names in recorder.with_gradient:
-        assert names and all(".experts.1." in n or n.startswith("heads.1.") for n in names), names
+        assert names and all(".experts.1." in n or n.startswith("bank.heads.1.") for n in names), names
     after = expert_zero_state(strategy.model)
     assert before.keys() == after.keys()
     for key in before:

@@ -1,9 +1,9 @@
 """CoLoR's model: a frozen timm ViT with one LoRA expert and one head per experience.
 
-The heads, routing and state handling are shared with the other routed expert
-models (:mod:`avalanche_color.experts.routed_vit`); this module says what a LoRA
-expert is: :class:`~avalanche_color.lora.qv_experts.QKVExperts` in place of every
-block's ``attn.qkv``.
+The expert bank, the router and the state handling are shared with the other routed
+expert models (:mod:`avalanche_color.experts.routed_vit`); this module says what a LoRA
+expert is: one :class:`~avalanche_color.lora.qv_experts.QVLoRA` in the
+:class:`~avalanche_color.lora.qv_experts.QKVExperts` that replaces every block's ``attn.qkv``.
 """
 
 from __future__ import annotations
@@ -25,17 +25,19 @@ class ExpertViT(RoutedExpertViT):
     """CoLoR's model: a frozen ViT, LoRA experts on q and v of every block, their heads.
 
     Experts, heads, routing and outputs are those of :class:`RoutedExpertViT`; an
-    expert here is one :class:`~avalanche_color.lora.qv_experts.QVLoRA` per block.
+    expert here is one :class:`~avalanche_color.lora.qv_experts.QVLoRA` per block (the
+    slots are the blocks' ``attn.qkv.experts`` lists).
 
     Args:
         vit: a timm ``VisionTransformer`` without LoRA experts; it is adapted in place and
             frozen (the strategies give it a copy of the ViT they are given).
         config: :class:`~avalanche_color.config.LoRAOptions` (or a
             :class:`~avalanche_color.config.CoLoRConfig`); keyword options
-            (``rank``, ``alpha``, ``routing``, ``distance``, ...) replace its fields.
+            (``rank``, ``alpha``, ``routing_features``, ``router``, ``distance``, ...) replace its fields.
     """
 
     config: LoRAOptions
+    options_class = LoRAOptions
     expert_shape_options = ("rank",)
 
     def __init__(self, vit: nn.Module, config: Optional[LoRAOptions] = None, /, **options: Any) -> None:
@@ -44,7 +46,8 @@ class ExpertViT(RoutedExpertViT):
         layers = [QKVExperts(block.attn.qkv) for block in vit.blocks]
         for block, layer in zip(vit.blocks, layers):
             block.attn.qkv = layer
-        super().__init__(vit, config)  # the backbone's own state is recorded with its layers in place
+        # The backbone's own state is recorded with its layers in place.
+        super().__init__(vit, config, [layer.experts for layer in layers])
         self.qkv_layers: list[QKVExperts] = layers
 
     @property
@@ -57,22 +60,19 @@ class ExpertViT(RoutedExpertViT):
 
     # ------------------------------------------------------------------ LoRA experts (one QVLoRA per block)
 
-    def expert_slots(self) -> list[nn.ModuleList]:
-        """Each block's list of LoRA experts."""
-        return [layer.experts for layer in self.qkv_layers]
-
     def new_expert_modules(self) -> list[nn.Module]:
         """One new :class:`QVLoRA` per block (B = 0: the new expert computes the backbone exactly)."""
         return [layer.new_expert(self.rank, self.alpha) for layer in self.qkv_layers]
 
-    def features(self, x: Tensor, experts: ExpertSelection = None) -> Tensor:
+    def features(self, x: Tensor, experts: ExpertSelection = None, trained: Optional[int] = None) -> Tensor:
         """The pooled ([CLS]) features after the final norm, shape (batch, num_features).
 
-        ``experts`` reach every block's qkv layer as an argument (:mod:`avalanche_color.lora.blocks`);
-        with a mixed batch each layer runs one matmul per expert on its run of samples.
+        ``experts`` and ``trained`` reach every block's qkv layer as arguments
+        (:mod:`avalanche_color.lora.blocks`); with a mixed batch each layer runs one matmul per
+        expert on its run of samples.
         """
         x = backbone_images(self.backbone, x)
-        return self.backbone.forward_head(expert_tokens(self.backbone, x, experts), pre_logits=True)
+        return self.backbone.forward_head(expert_tokens(self.backbone, x, experts, trained), pre_logits=True)
 
 
 def check_vit(model: nn.Module) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
 
-import torch
 from avalanche.core import SupervisedPlugin
 
 from avalanche_color.color.model import ExpertViT
@@ -21,13 +20,13 @@ class LoRAExpertsPlugin(SupervisedPlugin):
     frozen, with a rank-r LoRA expert on q and v of every block and a linear
     head for each training experience (added by Avalanche's model adaptation).
     Pair it with :class:`~avalanche_color.PrototypeRouterPlugin` to route at evaluation.
-    Avalanche's strategies call ``model(x)``, which returns only logits; after each
-    evaluation forward the plugin routes the batch again (the same experts, one more
-    routing pass) and keeps the experts in ``strategy.mb_experts`` for the
-    routing-accuracy metric.
+    Avalanche's strategies call ``model(x)`` (with task labels where the stream has them):
+    one routing pass and one expert pass per batch, as in :class:`~avalanche_color.CoLoR`; the
+    experts chosen are in ``strategy.model.routed_experts``, where the routing-accuracy metric
+    reads them.
 
-    Args: as :class:`ExpertViT` (a :class:`~avalanche_color.config.LoRAOptions`
-    and/or its options as keywords: ``rank``, ``alpha``, ``routing``, ``distance``, ...).
+    Args: as :class:`ExpertViT` (a :class:`~avalanche_color.config.LoRAOptions` and/or its
+    options as keywords: ``rank``, ``alpha``, ``routing_features``, ``router``, ``distance``, ...).
     """
 
     def __init__(self, config: Optional[LoRAOptions] = None, /, **options: Any) -> None:
@@ -37,9 +36,3 @@ class LoRAExpertsPlugin(SupervisedPlugin):
     def before_training(self, strategy: "SupervisedTemplate", **kwargs: Any) -> None:
         if not isinstance(strategy.model, ExpertViT):
             strategy.model = ExpertViT(strategy.model, self.config).to(strategy.device)
-
-    @torch.no_grad()
-    def after_eval_forward(self, strategy: "SupervisedTemplate", **kwargs: Any) -> None:
-        model = strategy.model
-        routed = isinstance(model, ExpertViT) and model.num_experts and not model.training
-        strategy.mb_experts = model.route(strategy.mb_x, strategy.mb_task_id) if routed else None

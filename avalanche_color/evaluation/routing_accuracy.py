@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Literal, Optional
 import torch
 from avalanche.evaluation import GenericPluginMetric, Metric
 
+from avalanche_color.experts.routed_vit import RoutedExpertViT
+
 if TYPE_CHECKING:
     from avalanche.evaluation.metric_results import MetricResult
     from avalanche.training.templates import SupervisedTemplate
@@ -38,8 +40,9 @@ class RoutingAccuracy(GenericPluginMetric[Optional[float], RoutedShare]):
     A test sample is routed correctly when its expert is one trained on the
     experience it comes from (train and test streams line up experience by
     experience). Experiences without an expert yet are left out, not counted
-    as wrong. The experts are those the strategy's evaluation forward routed the
-    batch to (``strategy.mb_experts``, all ranks' under torchrun).
+    as wrong. The experts are those the model's evaluation forward routed the
+    batch to (``strategy.model.routed_experts``, all ranks' under torchrun); a strategy whose
+    model routes nothing (not a routed expert model) is not counted.
     """
 
     def __init__(self, reset_at: Literal["experience", "stream"], emit_at: Literal["experience", "stream"]):
@@ -48,12 +51,12 @@ class RoutingAccuracy(GenericPluginMetric[Optional[float], RoutedShare]):
 
     def update(self, strategy: "SupervisedTemplate") -> None:
         model = strategy.model
-        routed = getattr(strategy, "mb_experts", None)
-        if routed is None:
+        if not isinstance(model, RoutedExpertViT) or model.routed_experts is None:
             return
         experience = strategy.experience.current_experience
-        if bool((model.expert_experiences == experience).any()):  # a revisited experience has several experts
-            self._metric.update(model.expert_experiences[routed.to(model.expert_experiences.device)] == experience)
+        origins = model.bank.experiences
+        if bool((origins == experience).any()):  # a revisited experience has several experts
+            self._metric.update(origins[model.routed_experts.to(origins.device)] == experience)
 
     def _package_result(self, strategy: "SupervisedTemplate") -> "MetricResult":
         if self.result() is None:

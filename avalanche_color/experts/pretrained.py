@@ -11,33 +11,32 @@ from __future__ import annotations
 
 import copy
 import json
-import typing
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from avalanche_color.config import RoutingOptions
 from avalanche_color.experts.model_state import backbone_fingerprint, model_extras, restore_model_extras
 from avalanche_color.utils.files import PathLike, write_folder_atomically
 from avalanche_color.version import __version__
 
-if TYPE_CHECKING:
-    from avalanche_color.experts.routed_vit import RoutedExpertViT
-
 FORMAT = "avalanche_color.pretrained"
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "experts.safetensors"
-Model = TypeVar("Model", bound="RoutedExpertViT")
+# A routed expert model (experts.routed_vit.RoutedExpertViT); named here only through what it has,
+# so that this module, which the model's save and load methods call, never imports the model.
+Model = TypeVar("Model", bound=nn.Module)
 
 
 def model_options(model_class: type[nn.Module], config: Any) -> dict[str, Any]:
     """The model's own options (the fields of its options class), as JSON-ready values."""
-    names = typing.get_type_hints(model_class)["config"].names()
+    names = model_class.options_class.names()  # type: ignore[attr-defined]
     return {name: getattr(config, name) for name in names}
 
 
-def save_pretrained(model: RoutedExpertViT, folder: PathLike) -> Path:
+def save_pretrained(model: nn.Module, folder: PathLike) -> Path:
     """Write ``model``'s experts and ``config.json`` into ``folder``, atomically.
 
     Both files are written into a new folder beside ``folder`` that then takes its name, so a
@@ -51,8 +50,8 @@ def save_pretrained(model: RoutedExpertViT, folder: PathLike) -> Path:
         "options": model_options(type(model), model.config),
         "experts": [{"classes": head.classes.tolist(), "experience": int(experience), "task": int(task),
                      "finished": bool(finished)}
-                    for head, experience, task, finished in zip(model.heads, model.expert_experiences,
-                                                                  model.expert_tasks, model.expert_finished)],
+                    for head, experience, task, finished in zip(model.bank.heads, model.bank.experiences,
+                                                                  model.bank.tasks, model.bank.finished)],
         "backbone": {"architecture": getattr(model.backbone, "pretrained_cfg", {}).get("architecture"),
                      "digest": backbone_fingerprint(model)},
         "model_extras": model_extras(model),
@@ -81,6 +80,9 @@ def from_pretrained(model_class: type[Model], folder: PathLike, backbone: nn.Mod
     saved = json.loads(config_path.read_text())
     if not isinstance(saved, dict) or saved.get("format") != FORMAT:
         raise ValueError(f"{config_path} is not an avalanche_color saved model (format {FORMAT!r})")
+    # Folders written before routing_features and router replaced the option routing.
+    saved["options"] = RoutingOptions.without_routing(saved["options"], warn=False)
+    options = RoutingOptions.without_routing(options)
     if saved["model"] != model_class.__name__:  # its options would not even fit model_class
         raise ValueError(f"{folder} does not fit: model: saved {saved['model']}, loading as {model_class.__name__}")
     model = model_class(copy.deepcopy(backbone), **{**saved["options"], **options})

@@ -11,6 +11,8 @@ an expert's update merged into its weights.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 from timm.models.vision_transformer import Attention, Block, VisionTransformer
 from torch import Tensor
@@ -18,26 +20,28 @@ from torch import Tensor
 from avalanche_color.lora.segments import ExpertSelection
 
 
-def expert_tokens(vit: VisionTransformer, x: Tensor, experts: ExpertSelection) -> Tensor:
-    """The ViT's output tokens (after the final norm), every qkv layer computing with ``experts``."""
+def expert_tokens(vit: VisionTransformer, x: Tensor, experts: ExpertSelection,
+                  trained: Optional[int] = None) -> Tensor:
+    """The ViT's output tokens (after the final norm), every qkv layer computing with ``experts``
+    (``trained``: the expert that trains, see :meth:`QKVExperts.forward`)."""
     tokens = vit.norm_pre(vit.patch_drop(vit._pos_embed(vit.patch_embed(x))))
     for block in vit.blocks:
-        tokens = block_forward(block, tokens, experts)
+        tokens = block_forward(block, tokens, experts, trained)
     return vit.norm(tokens)
 
 
-def block_forward(block: Block, x: Tensor, experts: ExpertSelection) -> Tensor:
+def block_forward(block: Block, x: Tensor, experts: ExpertSelection, trained: Optional[int] = None) -> Tensor:
     """timm's ``Block.forward`` (no attention mask), with ``experts`` given to the qkv layer."""
-    x = x + block.drop_path1(block.ls1(attention_forward(block.attn, block.norm1(x), experts)))
+    x = x + block.drop_path1(block.ls1(attention_forward(block.attn, block.norm1(x), experts, trained)))
     return x + block.drop_path2(block.ls2(block.mlp(block.norm2(x))))
 
 
-def attention_forward(attn: Attention, x: Tensor, experts: ExpertSelection) -> Tensor:
+def attention_forward(attn: Attention, x: Tensor, experts: ExpertSelection, trained: Optional[int] = None) -> Tensor:
     """timm's ``Attention.forward`` (no attention mask), with ``experts`` given to the qkv layer."""
     batch, tokens, _ = x.shape
     gate = getattr(attn, "gate", None)  # timm >= 1.0.20: an optional sigmoid gate
     gate = gate(x).sigmoid() if gate is not None else None
-    qkv = attn.qkv(x, experts).reshape(batch, tokens, 3, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4)
+    qkv = attn.qkv(x, experts, trained).reshape(batch, tokens, 3, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4)
     q, k, v = qkv.unbind(0)
     q, k = attn.q_norm(q), attn.k_norm(k)
     if attn.fused_attn:

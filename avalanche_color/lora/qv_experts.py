@@ -6,10 +6,10 @@ list of :class:`QVLoRA` experts. The experts of a forward are its argument,
 ``layer(x, experts)``: none, one for the whole batch, or one per contiguous run of
 samples (a batch sorted by expert, see :mod:`avalanche_color.lora.segments`).
 
-Two ways to compute an expert, chosen by whether the expert trains (its A and B
-require gradients), never by the grad mode:
+Two ways to compute an expert, chosen by the caller (``trained``: the expert that trains),
+never by ``requires_grad`` or the grad mode:
 
-* low-rank, for an expert that trains: ``base(x)`` plus the update ``s x A^T B^T``:
+* low-rank, for the expert that trains: ``base(x)`` plus the update ``s x A^T B^T``:
   one thin matmul down (``x A^T`` for q and v at once) and one up per part, added onto
   the q and v columns only (no matmul over the zero key block), through
   :class:`QVLowRankLinear`, whose backward computes only what is needed (input
@@ -23,6 +23,7 @@ require gradients), never by the grad mode:
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 from torch import Tensor, nn
@@ -62,10 +63,6 @@ class QVLoRA(nn.Module):
         """(2r, in): A of q and A of v stacked, so both project down in one matmul."""
         return self.A.reshape(2 * self.rank, -1)
 
-    def trains(self) -> bool:
-        """Whether this expert is being trained (its A or B requires gradients)."""
-        return self.A.requires_grad or self.B.requires_grad
-
 
 class QKVExperts(nn.Module):
     """A fused qkv linear layer with LoRA experts on its q and v parts.
@@ -100,27 +97,32 @@ class QKVExperts(nn.Module):
         self.experts.append(expert)
         return expert
 
-    def forward(self, x: Tensor, experts: ExpertSelection = None) -> Tensor:
+    def forward(self, x: Tensor, experts: ExpertSelection = None, trained: Optional[int] = None) -> Tensor:
         """``[q | k | v]`` of ``x`` with ``experts``' q and v updates.
 
         Args:
             x: tokens (..., in_features).
             experts: ``None`` for the bare backbone, an int for one expert on the whole
                 batch, or ``Segments`` for one expert per run of samples.
+            trained: the expert that trains: computed low-rank, so gradients reach its A and B;
+                every other expert is computed frozen (merged, or its update added in place).
         """
         if experts is None:
             return self.base_layer(x)
         if isinstance(experts, int):
-            expert = self.experts[experts]
-            return self._low_rank_forward(x, expert) if expert.trains() else self._merged_forward(x, experts)
-        if any(self.experts[e].trains() for e, _ in experts):
-            # A mixed batch with an expert that trains (not a training path): each run on its own.
-            return torch.cat([self.forward(x[run], e) for e, run in experts])
+            if experts == trained:
+                return self._low_rank_forward(x, self.experts[experts])
+            return nn.functional.linear(x, self.merged_weight(experts), self.base_layer.bias)
+        if any(e == trained for e, _ in experts):
+            # A mixed batch with the expert that trains (not a training path): each run on its own.
+            return torch.cat([self.forward(x[run], e, trained) for e, run in experts])
         # Frozen experts: the frozen matmul once for all samples, then each expert's
         # low-rank update added in place on its contiguous run (slices, no gather or scatter).
         out = self.base_layer(x)
         for e, run in experts:
-            self._add_low_rank_update_(out[run], x[run], self.experts[e])
+            expert = self.experts[e]
+            low = (x[run].reshape(-1, x.shape[-1]) @ expert.down().T).to(out.dtype)
+            _add_qv_update_(out[run].view(-1, out.shape[-1]), low, expert.B.to(out.dtype), expert.scaling)
         return out
 
     def merged_weight(self, expert: int) -> Tensor:
@@ -129,9 +131,6 @@ class QKVExperts(nn.Module):
         delta = self.experts[expert].delta_weight()
         weight = self.base_layer.weight
         return torch.cat((weight[:d] + delta[0], weight[d : 2 * d], weight[2 * d :] + delta[1]))
-
-    def _merged_forward(self, x: Tensor, expert: int) -> Tensor:
-        return nn.functional.linear(x, self.merged_weight(expert), self.base_layer.bias)
 
     def _low_rank_forward(self, x: Tensor, expert: QVLoRA) -> Tensor:
         """``base(x)`` plus ``expert``'s q and v updates, differentiable (see :class:`QVLowRankLinear`)."""
@@ -146,13 +145,6 @@ class QKVExperts(nn.Module):
                 return QVLowRankLinear.apply(cast(x), cast(weight), cast(bias), cast(expert.A), cast(expert.B),
                                              expert.scaling)
         return QVLowRankLinear.apply(x, weight, bias, expert.A, expert.B, expert.scaling)
-
-    @staticmethod
-    def _add_low_rank_update_(out: Tensor, x: Tensor, expert: QVLoRA) -> None:
-        """Add ``x``'s q and v updates onto ``out`` in place (no gradients)."""
-        out2 = out.view(-1, out.shape[-1])
-        low = (x.reshape(-1, x.shape[-1]) @ expert.down().T).to(out.dtype)
-        _add_qv_update_(out2, low, expert.B.to(out.dtype), expert.scaling)
 
 
 def _add_qv_update_(out: Tensor, low: Tensor, B: Tensor, scaling: float) -> None:

@@ -6,8 +6,8 @@ the predicted targets are (expert, class) pairs, so the same router serves
 domain-incremental streams, where every experience has every class.
 
 The statistics of an expert are fitted from its experience's routing features and labels
-(by :class:`~avalanche_color.training.router_plugin.PrototypeRouterPlugin`, in the same pass as its
-prototypes). Until the expert is finished, its samples are *pending*: they count in the
+(by :class:`~avalanche_color.training.router_plugin.PrototypeRouterPlugin`, after the expert's
+experience). Until the expert is finished, its samples are *pending*: they count in the
 classifier but a refit of the same expert (an evaluation during its experience, with
 CoLoR++'s features still changing) replaces them; :meth:`ClassRouter.finish` adds them to the
 accumulated sums for good. Everything, pending samples included, is in the ``state_dict``.
@@ -15,20 +15,21 @@ accumulated sums for good. Everything, pending samples included, is in the ``sta
 
 from __future__ import annotations
 
-from typing import Any, Literal, Union
+from typing import Any, Literal, Optional, Union
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from avalanche_color.routing.gaussian import GaussianClassifier
 from avalanche_color.routing.ridge import RandomFeatureRidge
+from avalanche_color.routing.router import Clustering, Router
 from avalanche_color.utils.state import take_stored_shapes
 
 ClassRouterKind = Literal["ridge", "gaussian"]
 RIDGE_SEED = 0  # the random projection's seed
 
 
-class ClassRouter(nn.Module):
+class ClassRouter(Router):
     """Routes by a classifier over every (expert, class) pair fitted so far.
 
     Args:
@@ -63,7 +64,7 @@ class ClassRouter(nn.Module):
         return bool((self.pair_experts == expert).any())
 
     @torch.no_grad()
-    def fit(self, expert: int, features: Tensor, labels: Tensor) -> None:
+    def fit(self, expert: int, features: Tensor, labels: Tensor, *, clustering: Optional[Clustering] = None) -> None:
         """Fit ``expert``'s pairs from its experience's routing features and class labels.
 
         Replaces the pending samples if they are ``expert``'s; another expert's pending samples
@@ -93,8 +94,11 @@ class ClassRouter(nn.Module):
             raise RuntimeError("the class router is fitted after the first experience")
         return self.classifier(features)[:, : len(self.pair_experts)]
 
-    def forward(self, features: Tensor) -> Tensor:
+    def forward(self, features: Optional[Tensor], task_labels: Optional[Tensor] = None,
+                expert_tasks: Optional[Tensor] = None) -> Tensor:
         """The expert of each feature row's best pair, shape (n,)."""
+        if features is None:
+            raise ValueError(f"the {self.kind} router routes by features: give the routing features")
         return self.pair_experts[self.pair_scores(features).argmax(dim=1)]
 
     def _targets(self, expert: int, labels: Tensor) -> Tensor:

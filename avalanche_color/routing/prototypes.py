@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable, Optional
+
 import numpy as np
 import torch
 from sklearn.cluster import KMeans
@@ -49,3 +51,13 @@ def fit_class_prototypes(features: Tensor, labels: Tensor, per_class: int, *, se
     centres = [fit_prototypes(features[labels == c], min(per_class, int((labels == c).sum())), seed=seed, n_init=n_init)
                for c in labels.unique().tolist()]
     return torch.cat(centres)
+
+
+def kmeans_clustering(k: int = 5, *, per_class: Optional[int] = None, seed: int = 0,
+                      n_init: int = 10) -> Callable[[Tensor, Tensor], Tensor]:
+    """How a prototype router makes an experience's prototypes: ``k`` k-means centres of its features
+    (:func:`fit_prototypes`), or ``per_class`` centres within each class (:func:`fit_class_prototypes`)."""
+    if per_class is not None:
+        return lambda features, labels: fit_class_prototypes(features, labels.to(features.device), per_class,
+                                                             seed=seed, n_init=n_init)
+    return lambda features, labels: fit_prototypes(features, k, seed=seed, n_init=n_init)

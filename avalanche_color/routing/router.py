@@ -1,14 +1,67 @@
-"""Nearest-prototype routing: every expert's prototypes, and the choice of expert per sample."""
+"""The router interface, and CoLoR's router: the nearest prototype.
+
+A :class:`Router` follows the experts' life cycle: it is *fitted* for an expert from that
+expert's experience (its routing features and class labels), may be fitted again while the
+expert trains, is told when the expert is *finished*, and *routes* a batch: one expert index
+per sample. Every router keeps what it learned in its ``state_dict``.
+
+* :class:`PrototypeRouter` (here): k-means centres of each experience's features; the
+  nearest centre's expert (the paper).
+* :class:`~avalanche_color.routing.class_router.ClassRouter`: a classifier over
+  (expert, class) pairs (ridge or Gaussian; beyond the paper).
+* :class:`~avalanche_color.routing.oracle.OracleRouter`: the expert of the sample's task label.
+
+:func:`~avalanche_color.routing.routers.make_router` builds the one the options name.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, ClassVar, Optional
 
 import torch
 from torch import Tensor, nn
 
 from avalanche_color.config import DISTANCES, Distance, check_choice
+from avalanche_color.routing.prototypes import kmeans_clustering
 from avalanche_color.utils.state import take_stored_shapes
+
+# (features (n, d), class labels (n,)) -> prototypes (m, d): how an experience becomes prototypes.
+Clustering = Callable[[Tensor, Tensor], Tensor]
+
+
+class Router(nn.Module):
+    """Picks an expert for each sample. Subclasses implement :meth:`fit`, :meth:`knows` and :meth:`forward`.
+
+    Attributes:
+        uses_features: whether routing reads routing features (the oracle reads task labels only,
+            so no backbone pass is made for it).
+    """
+
+    uses_features: ClassVar[bool] = True
+
+    def fit(self, expert: int, features: Tensor, labels: Tensor, *, clustering: Optional[Clustering] = None) -> None:
+        """Learn ``expert`` from its experience's routing features (n, d) and class labels (n,),
+        replacing what an earlier fit of ``expert`` learned. ``clustering``: how prototypes are made
+        (routers without prototypes ignore it)."""
+        raise NotImplementedError
+
+    def finish(self, expert: int) -> None:
+        """``expert``'s experience is over: no later fit of it will come."""
+
+    def knows(self, expert: int) -> bool:
+        """Whether ``expert`` can be routed to (it was fitted)."""
+        raise NotImplementedError
+
+    def forward(self, features: Optional[Tensor], task_labels: Optional[Tensor] = None,
+                expert_tasks: Optional[Tensor] = None) -> Tensor:
+        """The expert index of each sample, shape (n,).
+
+        Args:
+            features: (n, d) routing features (None for a router that does not use them).
+            task_labels: (n,) task labels, for the oracle.
+            expert_tasks: each expert's task label (the expert bank's record), for the oracle.
+        """
+        raise NotImplementedError
 
 
 def pairwise_distance(x: Tensor, y: Tensor, distance: Distance) -> Tensor:
@@ -22,7 +75,7 @@ def pairwise_distance(x: Tensor, y: Tensor, distance: Distance) -> Tensor:
     raise ValueError(f"distance must be one of {DISTANCES}, got {distance!r}")
 
 
-class PrototypeRouter(nn.Module):
+class PrototypeRouter(Router):
     """Every expert's prototypes, and the nearest-prototype choice of expert.
 
     The prototypes and their owners are buffers, so they travel in the
@@ -47,6 +100,13 @@ class PrototypeRouter(nn.Module):
         """How many experts own prototypes (one past the largest owner id)."""
         return int(self.owners.max()) + 1 if self.owners.numel() else 0
 
+    def fit(self, expert: int, features: Tensor, labels: Tensor, *, clustering: Optional[Clustering] = None) -> None:
+        """``expert``'s prototypes: ``clustering(features, labels)`` (default: 5 k-means centres, seed 0)."""
+        self.set_prototypes(expert, (clustering or kmeans_clustering())(features, labels))
+
+    def knows(self, expert: int) -> bool:
+        return bool((self.owners == expert).any())
+
     def set_prototypes(self, expert: int, centres: Tensor) -> None:
         """Give ``expert`` the prototypes ``centres`` (k, d), replacing any it had."""
         centres = centres.detach().to(self.prototypes.device, torch.float32)
@@ -61,10 +121,13 @@ class PrototypeRouter(nn.Module):
         self.prototypes = torch.cat((old, centres))
         self.owners = torch.cat((self.owners[keep], owners))
 
-    def forward(self, features: Tensor) -> Tensor:
+    def forward(self, features: Optional[Tensor], task_labels: Optional[Tensor] = None,
+                expert_tasks: Optional[Tensor] = None) -> Tensor:
         """The expert of each feature row's nearest prototype, shape (n,)."""
         if not self.owners.numel():
             raise RuntimeError("no prototypes yet: the router is fitted after the first experience")
+        if features is None:
+            raise ValueError("the prototype router routes by features: give the routing features")
         distances = pairwise_distance(features.float(), self.prototypes, self.distance)
         return self.owners[distances.argmin(dim=1)]
 

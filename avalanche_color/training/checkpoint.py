@@ -14,7 +14,7 @@ learned state is small and all tensors, so it is saved as such:
 
 The payload holds the experts, heads, prototypes and class maps
 (:meth:`ExpertViT.experts_state_dict`, no backbone weights), the model's
-settings (rank, alpha, routing, distance, feature normalisation), a fingerprint
+settings (rank, alpha, routing features, router, distance, feature normalisation), a fingerprint
 of the frozen backbone, the stream position (experiences finished, epochs
 finished in the current one), the evaluation records so far, the optimiser and
 scheduler state when saved mid-experience, and the Python, NumPy and torch
@@ -24,7 +24,7 @@ crash mid-save leaves the previous checkpoint intact.
 
 Loading checks everything before it changes anything: a file that is
 truncated, corrupt, of another format version, or written for another
-backbone, rank, alpha, routing or class set is refused with a
+backbone, rank, alpha, routing features, router or class set is refused with a
 :class:`CheckpointError` naming what differs, and the model stays as it was.
 """
 
@@ -40,6 +40,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor, nn
 
+from avalanche_color.config import RoutingOptions
 from avalanche_color.experts.model_state import backbone_fingerprint, model_settings
 from avalanche_color.utils.files import PathLike, write_atomically
 
@@ -61,7 +62,7 @@ class Checkpoint:
             experience boundary, else the optimiser and scheduler states are set.
         train_epochs: the strategy's epochs per experience when it was saved.
         records: one evaluation record (metric name -> value) per evaluated experience.
-        settings: the model's class, rank, alpha, routing, distance and normalisation.
+        settings: the model's class, rank, alpha, routing features, router, distance and normalisation.
         backbone: fingerprint of the frozen backbone (see :func:`~avalanche_color.experts.model_state.backbone_fingerprint`).
         stream_classes: the classes of every training experience of the stream, if known.
         experts: the model's :meth:`~ExpertViT.experts_state_dict`.
@@ -143,9 +144,11 @@ def check_fits(checkpoint: Checkpoint, model: nn.Module, path: PathLike,
     """
     problems = []
     current = model_settings(model)
-    for name in sorted(set(current) | set(checkpoint.settings)):
-        if checkpoint.settings.get(name) != current.get(name):
-            problems.append(f"{name}: checkpoint {checkpoint.settings.get(name)!r}, model {current.get(name)!r}")
+    # Checkpoints written before routing_features and router replaced the option routing.
+    saved = RoutingOptions.without_routing(checkpoint.settings, warn=False)
+    for name in sorted(set(current) | set(saved)):
+        if saved.get(name) != current.get(name):
+            problems.append(f"{name}: checkpoint {saved.get(name)!r}, model {current.get(name)!r}")
     fingerprint = fingerprint or backbone_fingerprint(model)
     if checkpoint.backbone != fingerprint:
         problems.append(

@@ -10,14 +10,14 @@ single-process runs are unchanged. What each part does:
   experience's expert exists, with every frozen weight and buffer ignored, so
   DDP syncs and all-reduces only the current expert (no
   ``find_unused_parameters``).
-* prototypes: :func:`gather_features` concatenates every rank's features in
-  rank order (the single-process order, as the shards are contiguous) and
-  :func:`shared_prototypes` fits k-means once, on rank 0, and broadcasts the
-  centres, so every rank holds the same prototypes.
+* routers: :func:`gather_features` concatenates every rank's routing features in
+  rank order (the single-process order, as the shards are contiguous); every rank fits
+  its router from them, and :func:`on_main_process` runs k-means once, on rank 0, and
+  broadcasts the centres, so every rank holds the same prototypes.
 * evaluation: :func:`eval_loader` gives each rank a contiguous, unpadded shard
   in the same number of batches on every rank, and :func:`gather_eval_batch`
-  replaces each batch's outputs, labels, task labels and routed experts with
-  those of all ranks. Every metric (accuracy, loss, routing accuracy, ...) then
+  replaces each batch's outputs, labels, task labels and routed experts
+  (the model's ``routed_experts``) with those of all ranks. Every metric (accuracy, loss, routing accuracy, ...) then
   sees the whole test stream exactly once, on every rank; Avalanche's own
   loggers write on rank 0 only.
 """
@@ -35,6 +35,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
 from avalanche_color.config import LoaderOptions
+from avalanche_color.experts.routed_vit import RoutedExpertViT
 from avalanche_color.training.loaders import data_loader
 
 if TYPE_CHECKING:
@@ -78,11 +79,13 @@ def eval_loader(dataset: Any, batch_size: int, options: Optional[LoaderOptions] 
     return data_loader(dataset, options or LoaderOptions(), device, batch_sampler=batches, **collate)
 
 
-def wrap_current_expert(model: nn.Module) -> Optional[DistributedDataParallel]:
-    """``model`` in DDP over its trainable parameters only (the current expert); None if not distributed."""
+def wrap_current_expert(model: RoutedExpertViT) -> Optional[DistributedDataParallel]:
+    """``model`` in DDP over the parameters of the expert that trains only; None if not distributed."""
     if not is_distributed():
         return None
-    frozen = [name for name, p in model.named_parameters() if not p.requires_grad]
+    trainable = model.bank.trainable
+    own = set() if trainable is None else {id(p) for p in model.expert_parameters(trainable)}
+    frozen = [name for name, p in model.named_parameters() if id(p) not in own]
     frozen += [name for name, _ in model.named_buffers()]
     # Frozen weights and buffers (prototypes, class maps) are neither broadcast nor reduced.
     DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, frozen)
@@ -95,18 +98,22 @@ def gather_features(features: Tensor) -> Tensor:
     return DistributedHelper.cat_all(features) if is_distributed() else features
 
 
-def shared_prototypes(features: Tensor, fit: Callable[[Tensor], Tensor]) -> Tensor:
-    """``fit`` run once, on rank 0, over all ranks' ``features``; the result broadcast to every rank."""
-    features = gather_features(features)
+def on_main_process(fit: Callable[[Tensor, Tensor], Tensor]) -> Callable[[Tensor, Tensor], Tensor]:
+    """``fit(features, labels)`` run once, on rank 0 (every rank holds the same gathered samples),
+    its result broadcast to every rank; ``fit`` itself when not distributed."""
     if not is_distributed():
-        return fit(features)
-    centres = fit(features) if DistributedHelper.is_main_process else None
-    return DistributedHelper.broadcast_object(centres).to(features.device)
+        return fit
+
+    def fit_once(features: Tensor, labels: Tensor) -> Tensor:
+        centres = fit(features, labels) if DistributedHelper.is_main_process else None
+        return DistributedHelper.broadcast_object(centres).to(features.device)
+
+    return fit_once
 
 
 @torch.no_grad()
 def gather_eval_batch(strategy: "SupervisedTemplate") -> None:
-    """Replace the batch's outputs, labels, task labels and routed experts (``strategy.mb_experts``)
+    """Replace the batch's outputs, labels, task labels and routed experts (``strategy.model.routed_experts``)
     with those of all ranks."""
     if not is_distributed():
         return
@@ -114,6 +121,6 @@ def gather_eval_batch(strategy: "SupervisedTemplate") -> None:
     strategy.mb_output = DistributedHelper.cat_all(strategy.mb_output)
     for index in range(1, len(strategy.mbatch)):  # mbatch[0] (the images) stays local
         strategy.mbatch[index] = DistributedHelper.cat_all(strategy.mbatch[index])
-    routed = getattr(strategy, "mb_experts", None)
-    if routed is not None and len(routed) == local:
-        strategy.mb_experts = DistributedHelper.cat_all(routed)
+    model = strategy.model
+    if isinstance(model, RoutedExpertViT) and model.routed_experts is not None and len(model.routed_experts) == local:
+        model.routed_experts = DistributedHelper.cat_all(model.routed_experts)

@@ -1,4 +1,4 @@
-"""Fit each experience's prototypes after training on it, as an Avalanche plugin."""
+"""Fit the router for each experience's expert after training on it, as an Avalanche plugin."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from torch.utils.data import Subset
 
 from avalanche_color.config import PrototypeOptions
 from avalanche_color.experts.routed_vit import RoutedExpertViT
-from avalanche_color.routing.prototypes import fit_class_prototypes, fit_prototypes
-from avalanche_color.training.distributed import gather_features, is_distributed, shard, shared_prototypes
+from avalanche_color.routing.prototypes import kmeans_clustering
+from avalanche_color.training.distributed import gather_features, is_distributed, on_main_process, shard
 from avalanche_color.training.loaders import data_loader, loader_options
 from avalanche_color.utils.experiences import (continues_experience, ends_experience, origin_experience,
                                                   refuse_chunks_without_boundaries)
@@ -24,11 +24,13 @@ if TYPE_CHECKING:
 
 
 class PrototypeRouterPlugin(SupervisedPlugin, supports_distributed=True):
-    """Fit each experience's prototypes: after training on it, or sooner if an evaluation needs them.
+    """Fit the model's router for each experience: after training on it, or sooner if an evaluation needs it.
 
-    The features (frozen backbone's, or with the first expert for CoLoR++) of
-    the experience's training data are clustered by k-means; the centres go to
-    the model's router, so they are part of its ``state_dict``. An evaluation
+    The routing features (frozen backbone's, or with the first expert for CoLoR++) of the
+    experience's training data and their labels go to the model's router
+    (:class:`~avalanche_color.routing.router.Router`): the prototype router clusters them by
+    k-means, a class router accumulates its statistics, the oracle needs neither (no pass is
+    made). What the router learns is part of the model's ``state_dict``. An evaluation
     during the experience (Avalanche's periodic evaluation) fits them when it
     starts, so it reaches the expert being trained; the pass is seeded, so these
     are the prototypes the end of the experience would fit. Works for every
@@ -78,13 +80,13 @@ class PrototypeRouterPlugin(SupervisedPlugin, supports_distributed=True):
         # between the chunks of an online stream): the expert being trained gets its prototypes
         # now, so evaluation reaches it.
         model, experience = _routed(strategy.model), self._training
-        expert = None if experience is None else model.current_expert(experience.current_experience)
+        expert = None if experience is None else model.bank.current_expert(experience.current_experience)
         if expert is not None and not self._fitted_for_good(model, expert):
             self._fit(strategy, expert, kwargs)
 
     def after_training_exp(self, strategy: "SupervisedTemplate", **kwargs: Any) -> None:
         model, experience = _routed(strategy.model), self._training
-        expert = None if experience is None else model.current_expert(experience.current_experience)
+        expert = None if experience is None else model.bank.current_expert(experience.current_experience)
         if expert is None or not ends_experience(strategy.experience, sum(len(c) for c in self._chunks)):
             return  # the expert learns the next chunk of its experience first
         self._training = None
@@ -93,18 +95,20 @@ class PrototypeRouterPlugin(SupervisedPlugin, supports_distributed=True):
         model.finish_expert(expert)
 
     def _fitted_for_good(self, model: RoutedExpertViT, expert: int) -> bool:
-        """Whether ``expert`` has prototypes that no further training can change.
+        """Whether ``expert``'s router state is one that no further training can change.
 
-        Prototypes are a function of the experience's data and the routing features,
-        and the pass is seeded: while those features are frozen and no chunk has come
-        since, fitting again gives the same.
+        It is a function of the experience's data and the routing features, and the pass
+        is seeded: while those features are frozen and no chunk has come since, fitting
+        again gives the same. A router that reads no features (the oracle) needs no fit.
         """
-        return (model.routing_fitted(expert) and model.routing_features_frozen()
+        if not model.router.uses_features:
+            return True
+        return (model.router.knows(expert) and model.routing_features_frozen()
                 and self._fitted_chunks == len(self._chunks))
 
     @torch.no_grad()
     def _fit(self, strategy: "SupervisedTemplate", expert: int, call_options: dict[str, Any]) -> None:
-        """Fit ``expert``'s prototypes; ``call_options``: the keywords of the strategy's ``train``/``eval``
+        """Fit the router for ``expert``; ``call_options``: the keywords of the strategy's ``train``/``eval``
         call (its ``num_workers``, ``pin_memory`` and ``persistent_workers`` set the loader)."""
         model, config = strategy.model, self.config
         self._fitted_chunks = len(self._chunks)
@@ -124,19 +128,13 @@ class PrototypeRouterPlugin(SupervisedPlugin, supports_distributed=True):
                 labels.append(torch.as_tensor(batch[1], device=strategy.device))
         model.train(was_training)
         local = torch.cat(features) if features else torch.empty(0, model.num_features, device=strategy.device)
-        all_labels = gather_features(torch.cat(labels) if labels else torch.empty(0, dtype=torch.long))
-        if config.prototypes_per_class is None:
-            # k was checked against the whole experience; between an online stream's chunks, fewer may be seen.
-            k = min(config.k, len(all_labels))
-            centres = shared_prototypes(local, lambda f: fit_prototypes(
-                f, k, seed=config.kmeans_seed, n_init=config.kmeans_n_init))
-        else:
-            centres = shared_prototypes(local, lambda f: fit_class_prototypes(
-                f, all_labels.to(f.device), config.prototypes_per_class, seed=config.kmeans_seed,
-                n_init=config.kmeans_n_init))
-        model.router.set_prototypes(expert, centres)
-        if model.class_router is not None:  # every rank fits the same statistics from all ranks' samples
-            model.class_router.fit(expert, gather_features(local), all_labels.to(local.device))
+        local_labels = torch.cat(labels) if labels else torch.empty(0, dtype=torch.long, device=strategy.device)
+        # Every rank fits the same router from all ranks' samples; k-means runs on rank 0 only.
+        all_features, all_labels = gather_features(local), gather_features(local_labels)
+        # k was checked against the whole experience; between an online stream's chunks, fewer may be seen.
+        clustering = kmeans_clustering(min(config.k, len(all_labels)), per_class=config.prototypes_per_class,
+                                       seed=config.kmeans_seed, n_init=config.kmeans_n_init)
+        model.router.fit(expert, all_features, all_labels.to(all_features.device), clustering=on_main_process(clustering))
 
 
 def _routed(model: Any) -> RoutedExpertViT:

@@ -40,9 +40,6 @@ class RoutedExpertsTemplate(PerExperienceCosine, ConfiguredStrategy):
     optimizer_options = ("lr", "momentum", "weight_decay")
     # Under torchrun: the model in DDP over the current expert, for training steps (set per experience).
     ddp_model: Optional[nn.Module] = None
-    # In evaluation: the expert each sample of the batch was routed to (all ranks' under torchrun),
-    # read by the routing-accuracy metric; None in training and before the first expert.
-    mb_experts: Optional[Tensor] = None
 
     def first_optimizer(self, model: nn.Module) -> SGD:
         # Replaced by make_optimizer before each experience, once its expert exists.
@@ -64,16 +61,12 @@ class RoutedExpertsTemplate(PerExperienceCosine, ConfiguredStrategy):
             self.make_optimizer(**kwargs)
 
     def forward(self) -> Tensor:
-        """Training: the model's train-mode forward (through DDP under torchrun). Evaluation: each
-        sample routed to its expert, the experts kept in :attr:`mb_experts`."""
+        """The model's forward (through DDP in training under torchrun): in training the expert that
+        trains predicts, in evaluation each sample's routed expert (kept in the model's ``routed_experts``)."""
         # As Avalanche's forward: task labels only where the experience has them.
         task_labels = self.mb_task_id if hasattr(self.experience, "task_labels") else None
-        if self.is_training:
-            self.mb_experts = None
-            model = self.ddp_model if self.ddp_model is not None else self.model
-            return model(self.mb_x, task_labels)
-        logits, self.mb_experts = self.model.route_and_predict(self.mb_x, task_labels)
-        return logits
+        model = self.ddp_model if self.is_training and self.ddp_model is not None else self.model
+        return model(self.mb_x, task_labels)
 
     def make_eval_dataloader(self, **kwargs: Any) -> None:
         # Under torchrun each rank evaluates an unpadded shard (Avalanche's sampler pads).
@@ -88,9 +81,12 @@ class RoutedExpertsTemplate(PerExperienceCosine, ConfiguredStrategy):
         super()._after_eval_forward(**kwargs)
 
     def make_optimizer(self, **kwargs: Any) -> None:
-        """A fresh SGD over the current expert only, with a cosine schedule over the experience."""
-        trainable = [p for p in self.model.parameters() if p.requires_grad]
+        """A fresh SGD over the expert that trains only, with a cosine schedule over the experience."""
+        trainable = self.model.bank.trainable
+        if trainable is None:
+            raise RuntimeError("make_optimizer needs an expert that trains: the model adaptation adds one per experience")
+        parameters = list(self.model.expert_parameters(trainable))
         config = self.config
-        self.optimizer = SGD(trainable, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
+        self.optimizer = SGD(parameters, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
         self.restart_cosine()
 

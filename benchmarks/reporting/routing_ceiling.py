@@ -33,6 +33,7 @@ from torch.utils.data import DataLoader
 from avalanche_color import ExpertViT, PromptExpertViT
 from avalanche_color.experts.model_state import restore_model_extras
 from avalanche_color.experts.routed_vit import RoutedExpertViT
+from avalanche_color.routing.class_router import ClassRouter
 from avalanche_color.training.checkpoint import read_checkpoint
 from benchmarks.backbones import load_backbone
 from benchmarks.compare.config import ComparisonConfig
@@ -59,8 +60,8 @@ def expert_outputs(model: RoutedExpertViT, test_stream: Sequence[Any], batch_siz
             outputs["routed"].append(model.route(x).cpu())
             outputs["logits"].append(torch.stack([model(x, experts=e).float().cpu()
                                                   for e in range(model.num_experts)], dim=1))
-            if model.class_router is not None:
-                outputs["pair_scores"].append(model.class_router.pair_scores(model.routing_features(x)).float().cpu())
+            if isinstance(model.router, ClassRouter):
+                outputs["pair_scores"].append(model.router.pair_scores(model.routing_features(x)).float().cpu())
     return {name: torch.cat(parts) for name, parts in outputs.items() if parts}
 
 
@@ -125,7 +126,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     model, test_stream = trained_model(args.folder, args.method, args.seed)
-    router = model.class_router
+    router = model.router if isinstance(model.router, ClassRouter) else None
     report = ceiling(expert_outputs(model, test_stream), *(() if router is None else
                                                           (router.pair_experts, router.pair_classes)))
     for name, value in report.items():

@@ -1,6 +1,6 @@
 """S-Prompts' model: a frozen timm ViT with one set of prompt tokens and one head per experience.
 
-Routing, heads and state handling are CoLoR's (:mod:`avalanche_color.experts.routed_vit`);
+The expert bank, routing and state handling are CoLoR's (:mod:`avalanche_color.experts.routed_vit`);
 only the expert differs: ``prompt_length`` learnable tokens inserted into the
 token sequence (:mod:`avalanche_color.peers.prompts`) instead of LoRA matrices.
 """
@@ -39,30 +39,29 @@ class PromptExpertViT(RoutedExpertViT):
         vit: a timm ``VisionTransformer``; it is frozen, not changed.
         config: :class:`~avalanche_color.config.PromptOptions` (or a
             :class:`~avalanche_color.config.SPromptsConfig`); keyword options
-            (``prompt_length``, ``routing``, ``distance``, ...) replace its fields.
+            (``prompt_length``, ``routing_features``, ``router``, ``distance``, ...) replace its fields.
             ``prompt_length=0`` leaves only the head (a linear probe per experience).
     """
 
     config: PromptOptions
+    options_class = PromptOptions
     expert_shape_options = ("prompt_length",)
 
     def __init__(self, vit: nn.Module, config: Optional[PromptOptions] = None, /, **options: Any) -> None:
-        super().__init__(vit, PromptOptions.build(config, **options))
-        self.prompts = nn.ModuleList()
+        prompts = nn.ModuleList()
+        super().__init__(vit, PromptOptions.build(config, **options), [prompts])
+        self.prompts = prompts  # the experts' slot
 
     @property
     def prompt_length(self) -> int:
         return self.config.prompt_length
 
-    def expert_slots(self) -> list[nn.ModuleList]:
-        """The experts' prompt tokens."""
-        return [self.prompts]
-
     def new_expert_modules(self) -> list[nn.Module]:
-        return [PromptTokens(self.prompt_length, prompt_width(self.backbone))]
+        return [PromptTokens(self.prompt_length, prompt_width(self.backbone)).to(self.device)]
 
-    def features(self, x: Tensor, experts: ExpertSelection = None) -> Tensor:
-        """The pooled ([CLS]) features after the final norm with the experts' prompts."""
+    def features(self, x: Tensor, experts: ExpertSelection = None, trained: Optional[int] = None) -> Tensor:
+        """The pooled ([CLS]) features after the final norm with the experts' prompts (every expert's
+        prompts are computed alike, trained or not)."""
         x = backbone_images(self.backbone, x)
         if experts is None:
             return self.backbone.forward_head(self.backbone.forward_features(x), pre_logits=True)
