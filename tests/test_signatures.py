@@ -160,6 +160,25 @@ def test_a_positional_argument_after_the_model_warns_as_in_avalanches_naive(stra
     assert our_message == naive_message.replace("Naive", strategy.__name__)
 
 
+def test_a_users_subclass_takes_its_model_first_too():
+    class Plain(CoLoR):
+        pass
+
+    class WithOwnOption(CoLoR):
+        def __init__(self, model, *, scale: float = 1.0, **options):
+            super().__init__(model, **options)
+            self.scale = scale
+
+    vit, evaluators = tiny_vit(), [quiet_evaluator(), quiet_evaluator()]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plain, own = Plain(vit, rank=4, evaluator=evaluators[0]), WithOwnOption(vit, scale=2.0, rank=4,
+                                                                                 evaluator=evaluators[1])
+    assert (plain.model.rank, own.model.rank, own.scale) == (4, 4, 2.0)
+    with pytest.warns(PositionalArgumentsDeprecatedWarning):
+        assert Plain(vit, CoLoRConfig(rank=2), evaluator=quiet_evaluator()).model.rank == 2
+
+
 # ---------------------------------------------------------------------- the old routing option
 
 
