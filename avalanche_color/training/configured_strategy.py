@@ -23,7 +23,7 @@ from avalanche.training.templates import SupervisedTemplate
 from avalanche.training.templates.base import _merge_legacy_positional_arguments
 from torch import nn
 
-from avalanche_color.config import LoaderOptions, Options, RoutingOptions
+from avalanche_color.config import LoaderOptions, Options, RoutingOptions, TrainingOptions
 from avalanche_color.training.loaders import loader_options
 from avalanche_color.training.plugin_compatibility import refuse_incompatible_plugins
 from avalanche_color.utils.deprecation import warn_deprecated
@@ -55,7 +55,9 @@ class ConfiguredStrategy(SupervisedTemplate):
         template_options: other keywords of Avalanche's ``SupervisedTemplate`` (``peval_mode``, ...).
     """
 
-    config_class: ClassVar[type[Options]]
+    # Every method's config holds the budget (TrainingOptions) and the loader options.
+    config: TrainingOptions
+    config_class: ClassVar[type[TrainingOptions]]
     model_class: ClassVar[type[nn.Module]]
     # The options the model takes: a group of config_class (e.g. LoRAOptions for CoLoR's ExpertViT).
     model_config_class: ClassVar[type[Options]]
@@ -129,7 +131,7 @@ class ConfiguredStrategy(SupervisedTemplate):
         return {**options, **replaced}
 
     def _refuse_unknown_keywords(self, template_options: dict[str, Any], options: Mapping[str, Any]) -> None:
-        accepted = set()
+        accepted: set[str] = set()
         for cls in SupervisedTemplate.__mro__:  # Avalanche's keywords (peval_mode, ...)
             parameters = inspect.signature(inspect.unwrap(cls.__init__)).parameters.values()
             accepted.update(p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
@@ -142,7 +144,7 @@ class ConfiguredStrategy(SupervisedTemplate):
             )
 
     def _configured_model(self, model: nn.Module, config: Optional[Options],
-                          options: Mapping[str, Any]) -> tuple[nn.Module, Any]:
+                          options: Mapping[str, Any]) -> tuple[nn.Module, TrainingOptions]:
         """The strategy's model and its config, built once.
 
         A plain ViT becomes ``model_class(copy of model, the config's model options)``: the models
