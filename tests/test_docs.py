@@ -59,7 +59,8 @@ def test_the_site_builds_in_strict_mode(tmp_path):
 def test_a_broken_link_or_a_stale_api_name_fails_the_build(tmp_path, broken, says):
     project = tmp_path / "project"
     project.mkdir()
-    shutil.copy(REPOSITORY / "mkdocs.yml", project)
+    for name in ("mkdocs.yml", "README.md"):
+        shutil.copy(REPOSITORY / name, project)
     shutil.copytree(DOCS, project / "docs")
     for name in ("avalanche_color", "benchmarks"):
         (project / name).symlink_to(REPOSITORY / name)
