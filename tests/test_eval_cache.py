@@ -132,3 +132,19 @@ def test_device_digests_tell_images_apart_and_depend_only_on_each_image():
         new = device_digests(changed)
         assert not torch.equal(new[2], digests[2]) and torch.equal(new[[0, 1, 3, 4, 5]], digests[[0, 1, 3, 4, 5]])
     assert device_digests(torch.zeros(2, 3, 5, 5, dtype=torch.uint8)).shape == (2, 2)  # odd byte counts
+
+
+def test_the_cache_stays_within_its_memory_bound_and_exact():
+    benchmark = class_stream(num_experiences=2)
+    bounded, plain = tiny_color(train_epochs=1, cache_evaluation=True), tiny_color(train_epochs=1)
+    for experience in benchmark.train_stream:
+        for strategy in (bounded, plain):
+            torch.manual_seed(0)
+            strategy.train(experience)
+    cache = bounded.model.eval_cache
+    cache.max_bytes = 2 * 10 * 32 * 4  # ten routing features (32 float32 numbers each), ten logit rows
+    for _ in range(2):
+        assert bounded.eval(benchmark.test_stream) == pytest.approx(plain.eval(benchmark.test_stream), abs=1e-9)
+        assert len(cache.features) == 10 and 0 < len(cache.logits) <= 80  # 80 test images, 16 bytes a row
+        for memo in (cache.features, cache.logits):
+            assert sum(v.numel() * v.element_size() for v in memo.values()) <= cache.max_bytes // 2

@@ -236,3 +236,17 @@ def test_other_block_types_are_refused_naming_the_block():
 
     with pytest.raises(TypeError, match=r"model.blocks\[0\] must be a timm Block .* got ResPostBlock"):
         ExpertViT(tiny_vit(block_fn=ResPostBlock))
+
+
+def test_in_a_mixed_batch_gradients_reach_only_the_expert_that_trains():
+    model = three_random_experts()  # expert 2 trains
+    x = images(6)
+    experts = torch.tensor([2, 0, 1, 1, 0, 2])
+    model.train()(x, experts=experts)[:, 5].sum().backward()  # class 5: expert 2's only class
+    grads = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+    assert grads and all(".experts.2." in name or name.startswith("bank.heads.2.") for name in grads)
+    alone = three_random_experts()
+    alone.train()(x[[0, 5]], experts=2)[:, 5].sum().backward()
+    for name, parameter in alone.named_parameters():
+        if parameter.grad is not None:
+            torch.testing.assert_close(grads[name], parameter.grad, rtol=1e-5, atol=1e-6)

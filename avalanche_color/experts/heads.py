@@ -8,6 +8,14 @@ import torch
 from torch import Tensor, nn
 
 
+def check_classes(classes: Sequence[int]) -> None:
+    """Refuse an empty class list or negative class ids."""
+    if len(classes) == 0:
+        raise ValueError("classes must name at least one class, got an empty sequence")
+    if min(classes) < 0:
+        raise ValueError(f"classes must be non-negative class ids, got {sorted(classes)}")
+
+
 class ExpertHead(nn.Module):
     """A linear head over the classes of one experience.
 

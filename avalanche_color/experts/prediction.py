@@ -7,7 +7,7 @@ from typing import Callable, Optional, Union
 import torch
 from torch import Tensor, nn
 
-from avalanche_color.lora.segments import ExpertSelection, Segments, segments_of
+from avalanche_color.lora.segments import ExpertSelection, segments_of
 
 # features(x, experts, trained) -> (batch, num_features): a routed model's backbone pass with experts.
 Features = Callable[[Tensor, ExpertSelection, Optional[int]], Tensor]
@@ -31,7 +31,8 @@ def check_experts(experts: Union[int, Tensor], batch_size: int, num_experts: int
 
 def predict(features: Features, heads: nn.ModuleList, num_classes: int, x: Tensor,
             experts: Union[int, Tensor], trained: Optional[int]) -> Tensor:
-    """Global-class logits of ``experts`` (one index for the batch, or one per sample) on ``x``.
+    """Global-class logits of ``experts`` (one index for the batch, or one per sample) on ``x``: each
+    expert's head on its classes, -inf elsewhere.
 
     A mixed batch is sorted by expert, so that each expert acts on a contiguous run of
     samples, and put back in order at the end. ``trained``: the expert that trains (see ``features``).
@@ -39,20 +40,18 @@ def predict(features: Features, heads: nn.ModuleList, num_classes: int, x: Tenso
     if isinstance(experts, Tensor) and experts.numel() and bool((experts == experts[0]).all()):
         experts = int(experts[0])  # one expert: no sorting needed
     if isinstance(experts, int):
-        segments = [(experts, slice(None))]
-        return head_logits(heads, num_classes, features(x, experts, trained), segments)
-    order = experts.argsort(stable=True)
-    segments = segments_of(experts[order])
-    sorted_logits = head_logits(heads, num_classes, features(x[order], segments, trained), segments)
-    logits = torch.empty_like(sorted_logits)
-    logits[order] = sorted_logits
-    return logits
-
-
-def head_logits(heads: nn.ModuleList, num_classes: int, features: Tensor, segments: Segments) -> Tensor:
-    """Global-class logits: each run's head on its classes, -inf elsewhere."""
-    logits = features.new_full((features.shape[0], num_classes), float("-inf"))
+        order, segments = None, [(experts, slice(None))]
+        pooled = features(x, experts, trained)
+    else:
+        order = experts.argsort(stable=True)
+        segments = segments_of(experts[order])
+        pooled = features(x[order], segments, trained)
+    logits = pooled.new_full((pooled.shape[0], num_classes), float("-inf"))
     for expert, run in segments:
         head = heads[expert]
-        logits[run, head.classes] = head(features[run]).to(logits.dtype)  # under autocast the head may differ
-    return logits
+        logits[run, head.classes] = head(pooled[run]).to(logits.dtype)  # under autocast the head may differ
+    if order is None:
+        return logits
+    unsorted = torch.empty_like(logits)
+    unsorted[order] = logits
+    return unsorted

@@ -24,7 +24,7 @@ from avalanche_color.config import RoutingOptions
 from avalanche_color.experts.adaptation import adapt_to_experience
 from avalanche_color.experts.backbone import backbone_dtype, check_vision_transformer
 from avalanche_color.experts.bank import ExpertBank
-from avalanche_color.experts.heads import ExpertHead
+from avalanche_color.experts.heads import ExpertHead, check_classes
 from avalanche_color.experts.prediction import check_experts, predict
 from avalanche_color.experts.pretrained import from_pretrained, save_pretrained
 from avalanche_color.experts.stored_state import check_stored_shapes, renamed_keys, stored_expert_classes
@@ -107,12 +107,12 @@ class RoutedExpertViT(MultiTaskModule):
 
     def start_expert(self, classes: Sequence[int], experience: int = -1, task: int = 0) -> int:
         """Add an expert for ``classes``; it is the one that trains (every other is frozen). Returns its index."""
-        if len(classes) == 0:
-            raise ValueError("classes must name at least one class, got an empty sequence")
-        if min(classes) < 0:
-            raise ValueError(f"classes must be non-negative class ids, got {sorted(classes)}")
+        check_classes(classes)  # before anything is made
+        modules = self.new_expert_modules()  # before the head: the order the initialisations draw in
         head = ExpertHead(self.num_features, classes).to(self.device, backbone_dtype(self.backbone))
-        return self.bank.start_expert(self.new_expert_modules(), head, experience, task)
+        return self.bank.start_expert(modules, head, experience, task)
+
+    add_expert = start_expert  # its earlier name
 
     def finish_expert(self, expert: int) -> None:
         """End ``expert``'s experience: it is frozen for good, and so is its router state."""
@@ -157,13 +157,8 @@ class RoutedExpertViT(MultiTaskModule):
 
     def forward(self, x: Tensor, task_labels: Optional[Tensor] = None,
                 experts: Union[int, Tensor, None] = None) -> Tensor:
-        """Global-class logits (see the class docstring for which experts compute them).
-
-        Args:
-            x: images (batch, channels, height, width) the backbone accepts.
-            task_labels: one per sample; only the oracle router reads them.
-            experts: an expert index for the whole batch, or a (batch,) tensor of indices.
-        """
+        """Global-class logits of images ``x`` (batch, channels, height, width); ``task_labels``: one per sample
+        (the oracle reads them); ``experts``: an index, or one per sample (see the class docstring)."""
         self.routed_experts = None
         if experts is not None:
             return self.predict(x, check_experts(experts, x.shape[0], self.num_experts, self.device))

@@ -113,17 +113,24 @@ class QKVExperts(nn.Module):
             if experts == trained:
                 return self._low_rank_forward(x, self.experts[experts])
             return nn.functional.linear(x, self.merged_weight(experts), self.base_layer.bias)
-        if any(e == trained for e, _ in experts):
-            # A mixed batch with the expert that trains (not a training path): each run on its own.
-            return torch.cat([self.forward(x[run], e, trained) for e, run in experts])
-        # Frozen experts: the frozen matmul once for all samples, then each expert's
-        # low-rank update added in place on its contiguous run (slices, no gather or scatter).
+        # The frozen matmul once for all samples, then each frozen expert's low-rank update added
+        # in place on its contiguous run (slices, no gather or scatter).
         out = self.base_layer(x)
+        trained_run = None
         for e, run in experts:
+            if e == trained:
+                trained_run = run
+                continue
             expert = self.experts[e]
             low = (x[run].reshape(-1, x.shape[-1]) @ expert.down().T).to(out.dtype)
             _add_qv_update_(out[run].view(-1, out.shape[-1]), low, expert.B.to(out.dtype), expert.scaling)
-        return out
+        if trained_run is None:
+            return out
+        # The expert that trains, in a mixed batch (an evaluation inside training): its run computed
+        # low-rank, so that gradients reach it; the other runs keep their frozen updates.
+        start, stop, _ = trained_run.indices(out.shape[0])
+        trained_out = self._low_rank_forward(x[start:stop], self.experts[trained])
+        return torch.cat((out[:start], trained_out, out[stop:]))
 
     def merged_weight(self, expert: int) -> Tensor:
         """The qkv weight with ``expert``'s q and v updates folded in."""

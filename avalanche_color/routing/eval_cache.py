@@ -12,7 +12,7 @@ computed); the memo only looks up and stores.
 from __future__ import annotations
 
 import hashlib
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from torch import Tensor
@@ -59,27 +59,38 @@ def _mix(z: Tensor) -> Tensor:
 
 
 class EvalCache:
-    """Routing features per image, and frozen experts' logits per (image, expert)."""
+    """Routing features per image, and frozen experts' logits per (image, expert), within a memory bound.
 
-    def __init__(self) -> None:
+    Args:
+        max_bytes: the most memory the stored tensors take, half for the routing features and half
+            for the logits; past it the oldest entries go first (default 1 GiB: the routing features
+            of about 170,000 images of a ViT-B/16).
+    """
+
+    def __init__(self, max_bytes: int = 2**30) -> None:
+        self.max_bytes = max_bytes
         self.features: dict[bytes, Tensor] = {}
         self.logits: dict[tuple[bytes, int], Tensor] = {}
+        self._bytes = {"features": 0, "logits": 0}
         self.hits = 0
         self.misses = 0
 
     def clear(self) -> None:
         self.features.clear()
         self.logits.clear()
+        self._bytes = {"features": 0, "logits": 0}
 
     def routing_features(self, x: Tensor, keys: list[bytes], compute: Callable[[Tensor], Tensor]) -> Tensor:
         """``compute(x)``, with the rows of images seen before taken from the memo."""
-        missing = [row for row, key in enumerate(keys) if key not in self.features]
-        self._count(len(keys) - len(missing), len(keys))
+        rows = {row: self.features[key] for row, key in enumerate(keys) if key in self.features}
+        missing = [row for row in range(len(keys)) if row not in rows]
+        self._count(len(rows), len(keys))
         if missing:
             computed = compute(x[torch.tensor(missing, device=x.device)])
             for row, values in zip(missing, computed):
-                self.features[keys[row]] = values
-        return torch.stack([self.features[key] for key in keys])
+                rows[row] = values
+                self._store("features", keys[row], values)
+        return torch.stack([rows[row] for row in range(len(keys))])
 
     def predict(self, x: Tensor, keys: list[bytes], experts: Tensor, num_classes: int,
                 compute: Callable[[Tensor, Tensor], Tensor], is_frozen: Callable[[int], bool]) -> Tensor:
@@ -99,9 +110,23 @@ class EvalCache:
             for row, values in zip(missing, computed):
                 expert = int(experts[row])
                 if is_frozen(expert):
-                    self.logits[(keys[row], expert)] = values
+                    self._store("logits", (keys[row], expert), values)
         return logits
+
+    def _store(self, memo_name: str, key: Any, values: Tensor) -> None:
+        """Keep ``values`` under ``key``; the oldest entries of that memo go while it is over its half."""
+        memo: dict[Any, Tensor] = getattr(self, memo_name)
+        if key in memo:
+            self._bytes[memo_name] -= _size(memo.pop(key))
+        memo[key] = values = values.clone()  # its own memory: a row view would keep its whole batch
+        self._bytes[memo_name] += _size(values)
+        while self._bytes[memo_name] > self.max_bytes // 2 and len(memo) > 1:
+            self._bytes[memo_name] -= _size(memo.pop(next(iter(memo))))
 
     def _count(self, hits: int, total: int) -> None:
         self.hits += hits
         self.misses += total - hits
+
+
+def _size(values: Tensor) -> int:
+    return values.numel() * values.element_size()
