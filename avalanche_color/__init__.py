@@ -7,12 +7,12 @@ Where each part of the method lives:
 * ``lora/``: LoRA on the query and value projections of every block (:class:`QKVExperts`),
   timm's blocks run with the experts as an argument (``blocks``) and mixed batches sorted by
   expert (``segments``).
-* ``routing/``: the routing algorithms: k-means prototypes, nearest-prototype routing, the
-  class-level routers (beyond the paper: ridge and Gaussian over (expert, class) pairs) and the
-  evaluation cache.
-* ``experts/``: the frozen ViT with one expert and head per experience, routed
-  (:class:`RoutedExpertViT`; CoLoR++ (``routing="first_expert"``) and the oracle
-  (``routing="oracle"``) are in :meth:`RoutedExpertViT.route`), saved as a folder.
+* ``routing/``: the routers behind one interface (:class:`Router`: fit per expert, then route a
+  batch): k-means prototypes and the nearest prototype, the class-level routers (beyond the paper:
+  ridge and Gaussian over (expert, class) pairs), the oracle (by task label); the evaluation cache.
+* ``experts/``: the routed model (:class:`RoutedExpertViT`: the frozen ViT, an :class:`ExpertBank`
+  of experts, heads and their records, and a router; the routing features come from the backbone
+  or, for CoLoR++ (``routing_features="first_expert"``), the first expert), saved as a folder.
 * ``training/``: the training template shared by CoLoR and S-Prompts, the plugin that fits the
   routers, checkpoint/resume, data checks, torchrun.
 * ``color/``: CoLoR itself: :class:`ExpertViT`, :class:`CoLoR`, :class:`LoRAExpertsPlugin`.
@@ -40,6 +40,7 @@ from avalanche_color.color.strategy import CoLoR
 from avalanche_color.config import PrototypeOptions, RoutingOptions
 from avalanche_color.evaluation.routing_accuracy import RoutingAccuracy, routing_accuracy_metrics
 from avalanche_color.evaluation.wandb_logger import WandBLogger
+from avalanche_color.experts.bank import ExpertBank
 from avalanche_color.experts.heads import ExpertHead
 from avalanche_color.experts.routed_vit import RoutedExpertViT
 from avalanche_color.lora.qv_experts import QKVExperts, QVLoRA
@@ -51,7 +52,7 @@ from avalanche_color.peers.s_prompts.config import PromptOptions, SPromptsConfig
 from avalanche_color.peers.s_prompts.model import PromptExpertViT
 from avalanche_color.peers.s_prompts.strategy import SPrompts
 from avalanche_color.routing.prototypes import fit_class_prototypes, fit_prototypes
-from avalanche_color.routing.router import PrototypeRouter
+from avalanche_color.routing.router import PrototypeRouter, Router
 from avalanche_color.training.checkpoint import CheckpointError, read_checkpoint
 from avalanche_color.training.data_checks import DataChecksPlugin
 from avalanche_color.training.resume import CheckpointPlugin, train_stream
@@ -65,6 +66,7 @@ __all__ = [
     "CoLoR",
     "CoLoRConfig",
     "DataChecksPlugin",
+    "ExpertBank",
     "ExpertHead",
     "ExpertViT",
     "L2P",
@@ -82,6 +84,7 @@ __all__ = [
     "QKVExperts",
     "QVLoRA",
     "RoutedExpertViT",
+    "Router",
     "RoutedExpertsTemplate",
     "RoutingAccuracy",
     "RoutingOptions",
