@@ -178,3 +178,25 @@ def test_a_folder_saved_with_the_earlier_names_loads(tmp_path):
     with torch.no_grad():
         assert torch.equal(loaded(images), model(images))
     assert loaded.config == model.config
+
+
+def test_a_checkpoint_written_with_the_earlier_names_resumes(tmp_path):
+    from avalanche_color import CheckpointPlugin, read_checkpoint
+    from avalanche_color.training.checkpoint import write_checkpoint
+
+    benchmark = class_stream(num_experiences=2)
+    strategy = tiny_color(**UNSATURATED)
+    strategy.train(benchmark.train_stream[0])
+    path = tmp_path / "run.ckpt"
+    CheckpointPlugin(path).save(strategy)
+    checkpoint = read_checkpoint(path)
+    # As an earlier version wrote it: the setting routing, heads and records at the top level.
+    checkpoint.settings["routing"] = checkpoint.settings.pop("routing_features")
+    earlier = {"bank.experiences": "expert_experiences", "bank.tasks": "expert_tasks", "bank.finished": "expert_finished"}
+    checkpoint.experts = {earlier.get(k, k.replace("bank.heads.", "heads.")): v for k, v in checkpoint.experts.items()}
+    write_checkpoint(path, checkpoint)
+    fresh = tiny_color(**UNSATURATED)
+    CheckpointPlugin(path).resume(fresh)
+    assert fresh.model.experts_state_dict().keys() == strategy.model.experts_state_dict().keys()
+    for key, value in strategy.model.experts_state_dict().items():
+        assert torch.equal(fresh.model.experts_state_dict()[key], value), key

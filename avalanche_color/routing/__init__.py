@@ -1,1 +1,1 @@
-"""Which expert answers a sample: k-means prototypes, nearest-prototype routing, mixed-batch segments."""
+"""Which expert answers a sample: the Router interface (router.py) and its routers (prototypes, class routers, oracle), k-means prototypes, the evaluation cache."""
