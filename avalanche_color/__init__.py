@@ -7,10 +7,10 @@ Where each part of the method lives:
 * ``lora/``: LoRA on the query and value projections of every block (:class:`QKVExperts`),
   timm's blocks run with the experts as an argument (``blocks``) and mixed batches sorted by
   expert (``segments``).
-* ``routing/``: the routers behind one interface (:class:`Router`: fit per expert, then route a
+* ``routing/``: the routers behind one interface (``Router`` in ``routing/router.py``: fit per expert, then route a
   batch): k-means prototypes and the nearest prototype, the class-level routers (beyond the paper:
   ridge and Gaussian over (expert, class) pairs), the oracle (by task label); the evaluation cache.
-* ``experts/``: the routed model (:class:`RoutedExpertViT`: the frozen ViT, an :class:`ExpertBank`
+* ``experts/``: the routed model (:class:`RoutedExpertViT`: the frozen ViT, an ``ExpertBank``
   of experts, heads and their records, and a router; the routing features come from the backbone
   or, for CoLoR++ (``routing_features="first_expert"``), the first expert), saved as a folder.
 * ``training/``: the training template shared by CoLoR and S-Prompts, the plugin that fits the
@@ -40,7 +40,6 @@ from avalanche_color.color.strategy import CoLoR
 from avalanche_color.config import PrototypeOptions, RoutingOptions
 from avalanche_color.evaluation.routing_accuracy import RoutingAccuracy, routing_accuracy_metrics
 from avalanche_color.evaluation.wandb_logger import WandBLogger
-from avalanche_color.experts.bank import ExpertBank
 from avalanche_color.experts.heads import ExpertHead
 from avalanche_color.experts.routed_vit import RoutedExpertViT
 from avalanche_color.lora.qv_experts import QKVExperts, QVLoRA
@@ -52,7 +51,7 @@ from avalanche_color.peers.s_prompts.config import PromptOptions, SPromptsConfig
 from avalanche_color.peers.s_prompts.model import PromptExpertViT
 from avalanche_color.peers.s_prompts.strategy import SPrompts
 from avalanche_color.routing.prototypes import fit_class_prototypes, fit_prototypes
-from avalanche_color.routing.router import PrototypeRouter, Router
+from avalanche_color.routing.router import PrototypeRouter
 from avalanche_color.training.checkpoint import CheckpointError, read_checkpoint
 from avalanche_color.training.data_checks import DataChecksPlugin
 from avalanche_color.training.resume import CheckpointPlugin, train_stream
@@ -66,7 +65,6 @@ __all__ = [
     "CoLoR",
     "CoLoRConfig",
     "DataChecksPlugin",
-    "ExpertBank",
     "ExpertHead",
     "ExpertViT",
     "L2P",
@@ -84,7 +82,6 @@ __all__ = [
     "QKVExperts",
     "QVLoRA",
     "RoutedExpertViT",
-    "Router",
     "RoutedExpertsTemplate",
     "RoutingAccuracy",
     "RoutingOptions",
