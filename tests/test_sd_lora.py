@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+import drop_in_cases
 from avalanche_color import SDLoRA, SDLoRAConfig, SDLoRAViT
 from avalanche_color.peers.lora_sum_layer import direction_norm
 from lora_sum_cases import (check_bad_options_are_refused, check_dtype, check_pretrained_round_trip,
-                            check_resume_equals_uninterrupted, check_signature_agrees_with_config, tiny,
-                            trained_counts)
+                            check_resume_equals_uninterrupted, check_signature_agrees_with_config, drop_in_accuracy,
+                            tiny, trained_counts)
 from streams import class_stream
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -72,5 +73,10 @@ def test_save_pretrained_from_pretrained_predicts_identically(tmp_path):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
-def test_backbone_dtype(dtype):
-    check_dtype(SDLoRA, dtype)
+def test_backbone_dtype(dtype, tmp_path):
+    check_dtype(SDLoRA, dtype, tmp_path)
+
+
+@pytest.mark.parametrize("stream", list(drop_in_cases.STREAMS))
+def test_learns_every_stream_naive_runs(stream, tmp_path):
+    assert drop_in_accuracy(SDLoRA, stream, tmp_path) > drop_in_cases.LEARNED

@@ -46,16 +46,14 @@ class Mixing:
 
 
 def direction_norm(A: Tensor, B: Tensor, norm: DirectionNorm) -> Tensor:
-    """``||B A||_F`` (without forming the d x d product) or ``||B||_F ||A||_F``, in the weights' dtype.
-
-    Computed in at least float32: sums of squares under- and overflow in half precision.
-    """
-    dtype = A.dtype
-    A, B = A.to(torch.promote_types(dtype, torch.float32)), B.to(torch.promote_types(dtype, torch.float32))
+    """``||B A||_F`` (without forming the d x d product) or ``||B||_F ||A||_F``, in at least float32
+    (sums of squares under- and overflow in half precision)."""
+    dtype = torch.promote_types(A.dtype, torch.float32)
+    A, B = A.to(dtype), B.to(dtype)
     if norm == "factors":
-        return (torch.linalg.matrix_norm(B) * torch.linalg.matrix_norm(A)).to(dtype)
+        return torch.linalg.matrix_norm(B) * torch.linalg.matrix_norm(A)
     # ||BA||_F^2 = trace(A^T B^T B A) = sum((A A^T) * (B^T B)), all r x r.
-    return ((A @ A.T) * (B.T @ B)).sum().clamp_min(0).sqrt().to(dtype)
+    return ((A @ A.T) * (B.T @ B)).sum().clamp_min(0).sqrt()
 
 
 class LoRASumQKV(nn.Module):
@@ -88,16 +86,17 @@ class LoRASumQKV(nn.Module):
         return component
 
     def coefficients(self, mixing: Mixing) -> list[list[Tensor]]:
-        """Per adapted part, each component's coefficient ``c_i`` (0-d tensors)."""
-        ones = [self.base_layer.weight.new_ones(()) for _ in self.components]
+        """Per adapted part, each component's coefficient ``c_i`` (0-d tensors, in at least float32:
+        ``alpha / ||B A||`` of a small direction overflows half precision)."""
+        ones = [self.base_layer.weight.new_ones((), dtype=torch.float32) for _ in self.components]
         magnitudes = ones if mixing.magnitudes is None else list(mixing.magnitudes)
         result = []
         for index in range(2):
             row = []
             for i, component in enumerate(self.components):
-                c = magnitudes[i]
+                c = magnitudes[i].to(torch.promote_types(magnitudes[i].dtype, torch.float32))
                 if i < len(mixing.normalised) and mixing.normalised[i]:
-                    c = c / direction_norm(component.A[index], component.B[index], mixing.norm)
+                    c = c / direction_norm(component.A[index], component.B[index], mixing.norm).to(c.dtype)
                 row.append(c)
             result.append(row)
         return result
@@ -111,7 +110,7 @@ class LoRASumQKV(nn.Module):
         pieces = list(out.split(self.width, dim=-1))
         for index, part in enumerate(self.parts):
             down = torch.cat([c.A[index] for c in self.components])  # (sum r_i, in)
-            up = torch.cat([coefficient * c.B[index]  # (out, sum r_i), each block scaled by its c_i
+            up = torch.cat([(coefficient * c.B[index].to(coefficient.dtype)).to(x.dtype)  # (out, sum r_i): B_i c_i
                             for coefficient, c in zip(coefficients[index], self.components)], dim=1)
             pieces[part] = pieces[part] + (x @ down.T) @ up.T
         return torch.cat(pieces, dim=-1)
@@ -120,4 +119,5 @@ class LoRASumQKV(nn.Module):
         """(2, out, in): one component's weighted update of the two adapted parts (for tests and analysis)."""
         c = self.components[component]
         coefficients = self.coefficients(mixing or Mixing())
-        return torch.stack([coefficients[i][component] * c.B[i] @ c.A[i] for i in range(2)])
+        return torch.stack([(coefficients[i][component] * c.B[i].to(torch.float64)).to(c.A.dtype) @ c.A[i]
+                            for i in range(2)])
