@@ -8,7 +8,7 @@ import torch
 import drop_in_cases
 from avalanche_color import InfLoRA, InfLoRAConfig, InfLoRAViT
 from avalanche_color.peers.inf_lora.subspace import ProtectedSubspace, input_covariances
-from lora_sum_cases import (check_bad_options_are_refused, check_dtype, check_pretrained_round_trip,
+from lora_sum_cases import (check_bad_options_are_refused, check_dtype, check_pretrained_round_trip, check_two_ranks_equal_one_process,
                             check_resume_equals_uninterrupted, check_signature_agrees_with_config, drop_in_accuracy,
                             tiny, trained_counts)
 from streams import class_stream
@@ -114,3 +114,8 @@ def test_backbone_dtype(dtype, tmp_path):
 @pytest.mark.parametrize("stream", list(drop_in_cases.STREAMS))
 def test_learns_every_stream_naive_runs(stream, tmp_path):
     assert drop_in_accuracy(InfLoRA, stream, tmp_path) > drop_in_cases.LEARNED
+
+
+@pytest.mark.slow
+def test_two_processes_under_torchrun_equal_one_process(tmp_path):
+    check_two_ranks_equal_one_process(InfLoRA, tmp_path)

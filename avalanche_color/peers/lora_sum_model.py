@@ -29,6 +29,7 @@ from avalanche_color.lora.blocks import expert_tokens
 from avalanche_color.peers.lora_sum_files import load_folder, save_folder
 from avalanche_color.peers.lora_sum_layer import LoRASumQKV, Mixing, Part
 from avalanche_color.utils.files import PathLike
+from avalanche_color.utils.rng import seeded
 from avalanche_color.utils.experiences import experience_classes
 from avalanche_color.utils.state import take_stored_shapes
 
@@ -130,12 +131,14 @@ class LoRASumViT(DynamicModule):
         if len(experience.dataset) == 0:
             raise ValueError(f"experience {experience.current_experience} has no samples")
         check_images(self.backbone, torch.as_tensor(experience.dataset[0][0]).unsqueeze(0))
-        self._grow(max(classes) + 1)
+        # New weights drawn apart from the data's randomness: the same in every process, and in a resumed run.
+        with seeded(int(self.config.init_seed) * 1_000_003 + self.num_experts):
+            self._grow(max(classes) + 1)
+            if not len(self.finished) or bool(self.finished[-1]):
+                self.start_component(self.next_rank())
         self.current_classes = torch.zeros_like(self.trained_classes)
         self.current_classes[classes] = True
         self.trained_classes = self.trained_classes | self.current_classes
-        if not len(self.finished) or bool(self.finished[-1]):
-            self.start_component(self.next_rank())
         self.set_trainable()
 
     def next_rank(self) -> int:

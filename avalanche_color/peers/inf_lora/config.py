@@ -43,6 +43,7 @@ class InfLoRAConfig(LoaderOptions):
     eval_mb_size: int = option(128, check_positive_int)
     eval_every: int = option(-1, check_int)
     check_data: bool = option(True, check_bool)
+    init_seed: int = option(0, check_int)
 
     def _check_together(self) -> None:
         super()._check_together()

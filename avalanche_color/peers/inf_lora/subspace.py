@@ -83,7 +83,7 @@ class ProtectedSubspace(nn.Module):
     def _extend(self, covariance: Tensor, total: Tensor, threshold: float) -> None:
         kept = self.basis
         outside = covariance - kept @ (kept.T @ covariance)
-        U, S, _ = torch.linalg.svd(outside, full_matrices=False)
+        U, S = _left_singular_vectors(outside), torch.linalg.svdvals(outside)
         ratios = S.square() / total
         if not kept.shape[1]:
             # The first task (the code's Eq-5): the directions whose cumulative fraction stays below
@@ -100,7 +100,7 @@ class ProtectedSubspace(nn.Module):
     def _shrink_complement(self, covariance: Tensor, total: Tensor, threshold: float) -> None:
         free = self.basis
         inside = free @ (free.T @ covariance)
-        U, S, _ = torch.linalg.svd(inside, full_matrices=False)
+        U, S = _left_singular_vectors(inside), torch.linalg.svdvals(inside)
         ratios = S.square() / total
         accumulated = ratios.sum()  # the fraction still outside the protected space
         count = 0
@@ -109,7 +109,7 @@ class ProtectedSubspace(nn.Module):
             count += 1
         if count:
             rest = free - U[:, :count] @ (U[:, :count].T @ free)
-            self.basis = torch.linalg.svd(rest, full_matrices=False)[0][:, : max(free.shape[1] - count, 0)]
+            self.basis = _left_singular_vectors(rest)[:, : max(free.shape[1] - count, 0)]
 
     def _load_from_state_dict(self, state_dict: dict, prefix: str, *args) -> None:
         stored = state_dict.get(prefix + "basis")
@@ -120,16 +120,26 @@ class ProtectedSubspace(nn.Module):
 
 def _complement(basis: Tensor) -> Tensor:
     """An orthonormal basis of the complement of ``basis``'s span (columns orthonormal)."""
-    U = torch.linalg.svd(basis, full_matrices=True)[0]
-    return U[:, basis.shape[1]:]
+    return _left_singular_vectors(basis, full=True)[:, basis.shape[1]:]
 
 
 def design_reduction(covariance: Tensor, subspace: ProtectedSubspace, rank: int) -> Tensor:
     """(rank, d) ``A_t``: the top-``rank`` directions of the new task's inputs in the free space, / sqrt(3)."""
     projector = subspace.free_projector()
     projected = projector @ covariance.to(projector)
-    U = torch.linalg.svd(projected, full_matrices=False)[0][:, :rank]
+    U = _left_singular_vectors(projected)[:, :rank]
     return (projector @ U).T * REDUCTION_SCALE
+
+
+def _left_singular_vectors(matrix: Tensor, full: bool = False) -> Tensor:
+    """The left singular vectors, each with its largest entry positive.
+
+    Their signs are arbitrary; fixed, processes whose matrices differ in the last bits (torchrun
+    ranks against one process) keep the same bases and design the same A_t. Spans are unchanged.
+    """
+    U = torch.linalg.svd(matrix, full_matrices=full)[0]
+    largest = U.gather(0, U.abs().argmax(dim=0, keepdim=True))
+    return U * torch.where(largest < 0, -1.0, 1.0).to(U)
 
 
 class CovarianceSum:

@@ -38,6 +38,7 @@ class SDLoRAConfig(LoaderOptions):
     eval_mb_size: int = option(128, check_positive_int)
     eval_every: int = option(-1, check_int)
     check_data: bool = option(True, check_bool)
+    init_seed: int = option(0, check_int)
 
     def rank_of(self, experience: int) -> int:
         """The rank of the component of the ``experience``-th component (SD-LoRA-RR with a schedule)."""

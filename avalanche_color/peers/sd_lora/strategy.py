@@ -52,6 +52,8 @@ class SDLoRA(LoRASumTemplate):
         eval_mb_size: evaluation mini-batch size.
         eval_every: Avalanche's periodic evaluation (-1: none).
         check_data: scan each training experience for bad samples before training on it.
+        init_seed: seed of each new component's and head rows' random initialisation, drawn apart from
+            the global generators: a run under torchrun, a resumed run and a single process draw the same.
         num_workers: DataLoader worker processes of every loader (0: in this process).
         pin_memory: page-locked batches; None: when the device is CUDA.
         persistent_workers: keep workers between epochs (needs ``num_workers`` >= 1).
@@ -84,6 +86,7 @@ class SDLoRA(LoRASumTemplate):
         eval_mb_size: int = 128,
         eval_every: int = -1,
         check_data: bool = True,
+        init_seed: int = 0,
         num_workers: int = 0,
         pin_memory: Optional[bool] = None,
         persistent_workers: bool = False,
