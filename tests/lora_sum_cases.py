@@ -55,6 +55,13 @@ def check_bad_options_are_refused(strategy_class) -> None:
         strategy_class(model=tiny_vit(), optimizer=torch.optim.SGD(tiny_vit().parameters(), lr=0.1))
     with pytest.raises(TypeError, match="VisionTransformer"):
         strategy_class(model=torch.nn.Linear(3, 3))
+    from avalanche.training.plugins import LRSchedulerPlugin, ReplayPlugin
+
+    with pytest.raises(ValueError, match="cannot use ReplayPlugin: the method is rehearsal-free"):
+        strategy_class(model=tiny_vit(), plugins=[ReplayPlugin(mem_size=10)])
+    scheduler = torch.optim.lr_scheduler.StepLR(torch.optim.SGD(tiny_vit().parameters(), lr=0.1), 1)
+    with pytest.raises(ValueError, match="cannot use LRSchedulerPlugin"):
+        strategy_class(model=tiny_vit(), plugins=[LRSchedulerPlugin(scheduler)])
 
 
 class TrainableCounts(SupervisedPlugin):
@@ -230,3 +237,25 @@ def check_two_ranks_equal_one_process(strategy_class, tmp_path: Path) -> None:
     for experience in class_stream(**DISTRIBUTED_STREAM).test_stream:  # every test sample once, in order
         expected_labels = torch.as_tensor(experience.dataset.targets)
         assert torch.equal(first["seen_labels"][experience.current_experience], expected_labels)
+
+
+def check_online_stream_with_task_boundaries(strategy_class, tmp_path: Path) -> None:
+    """Chunks of Avalanche's online scenario continue their experience's component: one per experience."""
+    import drop_in_cases as cases
+
+    chunks, test_stream = cases.online(tmp_path, access_task_boundaries=True)
+    strategy = strategy_class(model=tiny_vit(), evaluator=cases.quiet_evaluator(),
+                              **{**TINY, "optimizer": "sgd", "lr": 0.05, "train_epochs": 3})
+    for chunk in chunks:
+        strategy.train(chunk)
+    assert strategy.model.num_experts == 2 and strategy.model.finished.tolist() == [True, True]
+    assert cases.stream_accuracy(strategy.eval(test_stream), test_stream) > cases.LEARNED
+
+
+def check_positional_model_warns_as_avalanche(strategy_class, model_class) -> None:
+    """``Strategy(vit, ...)`` works, with Avalanche's deprecation warning for positional arguments."""
+    from avalanche.training.templates.base import PositionalArgumentsDeprecatedWarning
+
+    with pytest.warns(PositionalArgumentsDeprecatedWarning):
+        strategy = strategy_class(tiny_vit(), rank=2)
+    assert isinstance(strategy.model, model_class) and strategy.config.rank == 2

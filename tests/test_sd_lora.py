@@ -8,9 +8,10 @@ import torch
 import drop_in_cases
 from avalanche_color import SDLoRA, SDLoRAConfig, SDLoRAViT
 from avalanche_color.peers.lora_sum_layer import direction_norm
-from lora_sum_cases import (check_bad_options_are_refused, check_dtype, check_pretrained_round_trip, check_two_ranks_equal_one_process,
-                            check_resume_equals_uninterrupted, check_signature_agrees_with_config, drop_in_accuracy,
-                            tiny, trained_counts)
+from lora_sum_cases import (check_bad_options_are_refused, check_dtype, check_online_stream_with_task_boundaries,
+                            check_positional_model_warns_as_avalanche, check_pretrained_round_trip,
+                            check_resume_equals_uninterrupted, check_signature_agrees_with_config,
+                            check_two_ranks_equal_one_process, drop_in_accuracy, tiny, trained_counts)
 from streams import class_stream
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -85,3 +86,11 @@ def test_learns_every_stream_naive_runs(stream, tmp_path):
 @pytest.mark.slow
 def test_two_processes_under_torchrun_equal_one_process(tmp_path):
     check_two_ranks_equal_one_process(SDLoRA, tmp_path)
+
+
+def test_online_stream_with_task_boundaries_trains_one_component_per_experience(tmp_path):
+    check_online_stream_with_task_boundaries(SDLoRA, tmp_path)
+
+
+def test_the_model_given_positionally_warns_as_in_avalanche():
+    check_positional_model_warns_as_avalanche(SDLoRA, SDLoRAViT)

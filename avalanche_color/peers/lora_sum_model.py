@@ -54,7 +54,7 @@ class LoRASumViT(DynamicModule):
     trained_classes: Tensor
     current_classes: Tensor
 
-    def __init__(self, vit: nn.Module, config: Options) -> None:
+    def __init__(self, vit: nn.Module, config: Any) -> None:
         super().__init__()
         check_vision_transformer(vit)
         self.config = config
@@ -159,7 +159,9 @@ class LoRASumViT(DynamicModule):
 
     def features(self, x: Tensor) -> Tensor:
         """The pooled feature with every component summed in (one backbone forward)."""
-        tokens = expert_tokens(self.backbone, backbone_images(self.backbone, x), self.mixing())
+        # The package's timm forward with an argument for every qkv layer (it hands ``mixing`` on as is).
+        tokens = expert_tokens(self.backbone, backbone_images(self.backbone, x),
+                               self.mixing())  # type: ignore[arg-type]
         return self.backbone.forward_head(tokens, pre_logits=True)
 
     def forward(self, x: Tensor) -> Tensor:

@@ -112,6 +112,7 @@ class LoRASumTemplate(PerExperienceCosine, SupervisedTemplate):
         """A fresh optimiser over what trains now; a cosine schedule over the experience if asked for."""
         config = self.config
         trainable = list(self.model.trainable_parameters())
+        self.optimizer: torch.optim.Optimizer
         if config.optimizer == "sgd":
             self.optimizer = torch.optim.SGD(trainable, lr=config.lr, momentum=config.momentum,
                                              weight_decay=config.weight_decay)
