@@ -10,8 +10,9 @@ magnitude over the direction's norm, InfLoRA's 1. Each component's weights are a
 :class:`~avalanche_color.lora.qv_experts.QVLoRA` (A Kaiming-uniform, B zeros, scaling 1):
 its index 0 belongs to the first adapted part, index 1 to the second.
 
-All components run in two thin matmuls per part (their A's stacked down, their scaled B's
-stacked up), so the cost grows with the summed rank, never with a d x d product per sample.
+Frozen components are folded into the weight (one matmul, a d x r x d product per component
+and forward, nothing per sample); those that train run in two thin matmuls per part (their A's
+stacked down, their scaled B's stacked up).
 """
 
 from __future__ import annotations
@@ -102,18 +103,40 @@ class LoRASumQKV(nn.Module):
         return result
 
     def forward(self, x: Tensor, mixing: Optional[Mixing] = None) -> Tensor:
-        """``[q | k | v]`` of ``x`` plus every component's update on the adapted parts."""
-        out = self.base_layer(x)
+        """``[q | k | v]`` of ``x`` plus every component's update on the adapted parts.
+
+        Components that need no gradient (their A, B and coefficient frozen: InfLoRA's earlier
+        branches, every branch at inference) are folded into the weight, one matmul for all; the
+        others run low-rank, down and up (what the gradients of a trained component need).
+        """
         if not len(self.components):
-            return out
+            return self.base_layer(x)
         coefficients = self.coefficients(mixing or Mixing())
+        frozen = [i for i, c in enumerate(self.components)
+                  if not (c.A.requires_grad or c.B.requires_grad
+                          or any(row[i].requires_grad for row in coefficients))]
+        weight = self.base_layer.weight
+        if frozen:
+            parts = list(weight.split(self.width))
+            for index, part in enumerate(self.parts):
+                down = torch.cat([self.components[i].A[index] for i in frozen])
+                parts[part] = parts[part] + self._scaled_up(coefficients[index], frozen, index, weight.dtype) @ down
+            weight = torch.cat(parts)
+        out = nn.functional.linear(x, weight, self.base_layer.bias)
+        training = [i for i in range(len(self.components)) if i not in frozen]
+        if not training:
+            return out
         pieces = list(out.split(self.width, dim=-1))
         for index, part in enumerate(self.parts):
-            down = torch.cat([c.A[index] for c in self.components])  # (sum r_i, in)
-            up = torch.cat([(coefficient * c.B[index].to(coefficient.dtype)).to(x.dtype)  # (out, sum r_i): B_i c_i
-                            for coefficient, c in zip(coefficients[index], self.components)], dim=1)
-            pieces[part] = pieces[part] + (x @ down.T) @ up.T
+            down = torch.cat([self.components[i].A[index] for i in training])  # (sum r_i, in)
+            pieces[part] = pieces[part] + (x @ down.T) @ self._scaled_up(coefficients[index], training, index,
+                                                                         x.dtype).T
         return torch.cat(pieces, dim=-1)
+
+    def _scaled_up(self, coefficients: list[Tensor], components: list[int], index: int, dtype: torch.dtype) -> Tensor:
+        """(out, sum r_i): the components' B of part ``index``, each times its coefficient (in float32 or wider)."""
+        return torch.cat([(coefficients[i] * self.components[i].B[index].to(coefficients[i].dtype)).to(dtype)
+                          for i in components], dim=1)
 
     def delta_weight(self, component: int, mixing: Optional[Mixing] = None) -> Tensor:
         """(2, out, in): one component's weighted update of the two adapted parts (for tests and analysis)."""

@@ -131,6 +131,11 @@ class LoRASumViT(DynamicModule):
         if len(experience.dataset) == 0:
             raise ValueError(f"experience {experience.current_experience} has no samples")
         check_images(self.backbone, torch.as_tensor(experience.dataset[0][0]).unsqueeze(0))
+        self.learn_classes(classes)
+
+    def learn_classes(self, classes: list[int]) -> None:
+        """Start learning ``classes``: head rows for new ones, and a new component unless the last one is
+        unfinished (a resumed run, or a further chunk of an online experience)."""
         # New weights drawn apart from the data's randomness: the same in every process, and in a resumed run.
         with seeded(int(self.config.init_seed) * 1_000_003 + self.num_experts):
             self._grow(max(classes) + 1)
@@ -209,3 +214,4 @@ class LoRASumViT(DynamicModule):
             raise ValueError(f"the state does not fit this {type(self).__name__}: missing {missing}, "
                              f"unexpected {unexpected}")
         self.max_class_label = max(self.max_class_label, len(self.trained_classes))
+        self.set_trainable()  # what trains follows the loaded state: nothing of a finished component
