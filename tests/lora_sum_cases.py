@@ -259,3 +259,23 @@ def check_positional_model_warns_as_avalanche(strategy_class, model_class) -> No
     with pytest.warns(PositionalArgumentsDeprecatedWarning):
         strategy = strategy_class(tiny_vit(), rank=2)
     assert isinstance(strategy.model, model_class) and strategy.config.rank == 2
+
+
+def check_loader_options_reach_every_loader(strategy_class, monkeypatch) -> None:
+    """num_workers reaches every DataLoader that loads data (training, evaluation, the data scan, InfLoRA's
+    input passes; Avalanche also builds loaders without workers only to size its samplers, never iterated)."""
+    import torch.utils.data
+
+    seen: list[int] = []
+    original = torch.utils.data.DataLoader.__iter__
+
+    def recording(self):
+        seen.append(self.num_workers)
+        return original(self)
+
+    monkeypatch.setattr(torch.utils.data.DataLoader, "__iter__", recording)
+    strategy = tiny(strategy_class, num_workers=1, train_epochs=1)
+    benchmark = class_stream(num_experiences=1, per_class=4)
+    strategy.train(benchmark.train_stream[0])
+    strategy.eval(benchmark.test_stream)
+    assert len(seen) >= 3 and set(seen) == {1}, seen

@@ -8,7 +8,8 @@ import torch
 import drop_in_cases
 from avalanche_color import InfLoRA, InfLoRAConfig, InfLoRAViT
 from avalanche_color.peers.inf_lora.subspace import ProtectedSubspace, input_covariances
-from lora_sum_cases import (check_bad_options_are_refused, check_dtype, check_online_stream_with_task_boundaries,
+from lora_sum_cases import (check_bad_options_are_refused, check_dtype, check_loader_options_reach_every_loader,
+                            check_online_stream_with_task_boundaries,
                             check_positional_model_warns_as_avalanche, check_pretrained_round_trip,
                             check_resume_equals_uninterrupted, check_signature_agrees_with_config,
                             check_two_ranks_equal_one_process, drop_in_accuracy, tiny, trained_counts)
@@ -145,3 +146,7 @@ def test_frozen_branches_folded_into_the_weight_compute_what_the_low_rank_path_c
     torch.testing.assert_close(merged, low_rank, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(merged[..., :16], base[..., :16])  # q is not adapted
     assert (merged[..., 16:] - base[..., 16:]).abs().max() > 0.1  # k and v are
+
+
+def test_loader_options_reach_every_loader(monkeypatch):
+    check_loader_options_reach_every_loader(InfLoRA, monkeypatch)

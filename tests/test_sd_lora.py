@@ -8,7 +8,8 @@ import torch
 import drop_in_cases
 from avalanche_color import SDLoRA, SDLoRAConfig, SDLoRAViT
 from avalanche_color.peers.lora_sum_layer import direction_norm
-from lora_sum_cases import (check_bad_options_are_refused, check_dtype, check_online_stream_with_task_boundaries,
+from lora_sum_cases import (check_bad_options_are_refused, check_dtype, check_loader_options_reach_every_loader,
+                            check_online_stream_with_task_boundaries,
                             check_positional_model_warns_as_avalanche, check_pretrained_round_trip,
                             check_resume_equals_uninterrupted, check_signature_agrees_with_config,
                             check_two_ranks_equal_one_process, drop_in_accuracy, tiny, trained_counts)
@@ -94,3 +95,7 @@ def test_online_stream_with_task_boundaries_trains_one_component_per_experience(
 
 def test_the_model_given_positionally_warns_as_in_avalanche():
     check_positional_model_warns_as_avalanche(SDLoRA, SDLoRAViT)
+
+
+def test_loader_options_reach_every_loader(monkeypatch):
+    check_loader_options_reach_every_loader(SDLoRA, monkeypatch)

@@ -30,6 +30,7 @@ from avalanche_color.peers.inf_lora.model import InfLoRAViT
 from avalanche_color.peers.inf_lora.subspace import input_covariances
 from avalanche_color.peers.lora_sum_strategy import LoRASumTemplate
 from avalanche_color.training.loaders import data_loader, loader_options
+from avalanche_color.utils.experiences import origin_experience
 from avalanche_color.utils.rng import generators_untouched
 
 
@@ -126,7 +127,7 @@ class InfLoRA(LoRASumTemplate):
     @torch.no_grad()
     def experience_covariances(self, **kwargs: Any) -> list[Tensor]:
         """Each LoRA'd layer's input representation over the experience's training data."""
-        dataset = self.experience.dataset.train()
+        dataset = origin_experience(self.experience).dataset.train()  # an online chunk's whole experience
         collate: dict[str, Any] = {}
         collate_from_data_or_kwargs(dataset, collate)
         loader = data_loader(dataset, loader_options(kwargs, self.config), self.device,
