@@ -70,8 +70,11 @@ _EXPORTS: dict[str, str] = {
     "SPrompts": "avalanche_color.peers.s_prompts.strategy",
     "SPromptsConfig": "avalanche_color.config",
     "WandBLogger": "avalanche_color.evaluation.wandb_logger",
+    "backbone_data_config": "avalanche_color.backbones.preprocessing",
+    "backbone_transform": "avalanche_color.backbones.preprocessing",
     "fit_class_prototypes": "avalanche_color.routing.prototypes",
     "fit_prototypes": "avalanche_color.routing.prototypes",
+    "offline_backbone": "avalanche_color.backbones",
     "read_checkpoint": "avalanche_color.training.checkpoint",
     "routing_accuracy_metrics": "avalanche_color.evaluation.routing_accuracy",
     "train_stream": "avalanche_color.training.resume",
@@ -94,6 +97,8 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what editors and type checkers see: the same names, imported eagerly
+    from avalanche_color.backbones import offline_backbone
+    from avalanche_color.backbones.preprocessing import backbone_data_config, backbone_transform
     from avalanche_color.color.model import ExpertViT
     from avalanche_color.color.plugins import LoRAExpertsPlugin
     from avalanche_color.color.strategy import CoLoR
