@@ -69,6 +69,7 @@ _EXPORTS: dict[str, str] = {
     "RoutingOptions": "avalanche_color.config",
     "SPrompts": "avalanche_color.peers.s_prompts.strategy",
     "SPromptsConfig": "avalanche_color.config",
+    "SavedModelError": "avalanche_color.experts.integrity",
     "WandBLogger": "avalanche_color.evaluation.wandb_logger",
     "backbone_data_config": "avalanche_color.backbones.preprocessing",
     "backbone_transform": "avalanche_color.backbones.preprocessing",
@@ -107,6 +108,7 @@ if TYPE_CHECKING:  # what editors and type checkers see: the same names, importe
     from avalanche_color.evaluation.routing_accuracy import RoutingAccuracy, routing_accuracy_metrics
     from avalanche_color.evaluation.wandb_logger import WandBLogger
     from avalanche_color.experts.heads import ExpertHead
+    from avalanche_color.experts.integrity import SavedModelError
     from avalanche_color.experts.routed_vit import RoutedExpertViT
     from avalanche_color.lora.qv_experts import QKVExperts, QVLoRA
     from avalanche_color.peers.l2p.model import L2PViT
