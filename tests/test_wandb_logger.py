@@ -221,3 +221,21 @@ def test_the_accuracy_matrix_takes_the_latest_evaluation_per_row_and_avalanches_
     # Experience 0's accuracy after its latest training is the last row itself: no forgetting counted.
     assert matrix.forgetting("test_stream") == {1: pytest.approx(0.4)}
     assert [row["forgetting"] for row in matrix.final_rows("test_stream")] == [None, pytest.approx(0.4)]
+
+
+def test_periodic_evaluations_during_training_fill_the_matrix_and_results_come_at_close(offline_wandb):
+    benchmark = class_stream(num_experiences=2, per_class=8)
+    logger = WandBLogger(project_name="avalanche-color-test", dir=str(offline_wandb), save_code=False)
+    evaluator = EvaluationPlugin(accuracy_metrics(experience=True, stream=True), loggers=[logger])
+    strategy = CoLoR(tiny_vit(0), rank=4, k=2, lr=0.05, train_epochs=2, train_mb_size=16, eval_mb_size=64,
+                     eval_every=1, evaluator=evaluator)
+    for experience in benchmark.train_stream:
+        strategy.train(experience, eval_streams=[benchmark.test_stream])
+    final = strategy.eval(benchmark.test_stream)  # what the periodic evaluation at the end also saw
+    rows = logger.accuracy_matrix.matrix("test_stream")
+    logger.close()
+    history = history_by_step(offline_run_file(offline_wandb))
+    [last] = [row for row in history.values() if "Results/test_stream/path" in row]
+    table = logged_table(offline_run_file(offline_wandb), last, "AccuracyMatrix/test_stream")
+    assert len(table) == 2 and [table[1][f"exp {j}"] for j in range(2)] == rows[1] == [
+        final[f"Top1_Acc_Exp/eval_phase/test_stream/Task000/Exp{j:03d}"] for j in range(2)]
