@@ -13,8 +13,8 @@ from PIL import Image
 from sklearn.datasets import load_digits
 from timm.data import create_transform, resolve_data_config
 
-from avalanche_color import backbone_data_config, backbone_transform, offline_backbone
-from avalanche_color.backbones import read_backbone, save_backbone
+from avalanche_color import backbone_data_config, backbone_transform
+from avalanche_color.backbones import offline_backbone, read_backbone, save_backbone
 from avalanche_color.utils.digests import tensors_digest
 from benchmarks.streams.digits import digits_split, normalise  # the runner's digits preprocessing, read only
 
