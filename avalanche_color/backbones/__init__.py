@@ -110,12 +110,17 @@ def backbone_from_checkpoint(checkpoint: dict[str, Any], preprocessing: dict[str
     model = timm.create_model(checkpoint["architecture"], pretrained=False, num_classes=0, **checkpoint["model_kwargs"])
     model.load_state_dict(checkpoint["state_dict"])
     saved = check_preprocessing(checkpoint["pretrained_cfg"], f"{checkpoint['architecture']} backbone file")
-    model.pretrained_cfg = {**model.pretrained_cfg, **saved, **(preprocessing or {})}
+    model.pretrained_cfg = {**_pretrained_cfg(model), **saved, **(preprocessing or {})}
     return model.eval()
 
 
 def _preprocessing(model: VisionTransformer) -> dict[str, Any]:
     """The model's preprocessing as :func:`save_backbone` records it: its pretrained_cfg's, its own input size."""
-    cfg = {key: model.pretrained_cfg[key] for key in PREPROCESSING_KEYS if key in model.pretrained_cfg}
+    cfg = {key: value for key, value in _pretrained_cfg(model).items() if key in PREPROCESSING_KEYS}
     # The registered architecture's cfg names its own input size; the model may be resized.
     return check_preprocessing({**cfg, "input_size": backbone_data_config(model)["input_size"]}, "the model")
+
+
+def _pretrained_cfg(model: VisionTransformer) -> dict[str, Any]:
+    cfg: dict[str, Any] = dict(getattr(model, "pretrained_cfg", None) or {})
+    return cfg

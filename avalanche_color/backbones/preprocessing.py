@@ -48,16 +48,16 @@ def check_preprocessing(cfg: Mapping[str, Any], where: str) -> dict[str, Any]:
             if not _numbers(values) or (channels is not None and len(values) != channels):
                 raise ValueError(f"{where}: {key} must be one number per input channel ({channels or 'any'}), "
                                  f"got {values!r}")
-            if key == "std" and min(values) <= 0:
-                raise ValueError(f"{where}: std must be positive for every channel, got {values!r}")
             checked[key] = tuple(float(v) for v in values)
+            if key == "std" and min(checked[key]) <= 0:
+                raise ValueError(f"{where}: std must be positive for every channel, got {values!r}")
     if "interpolation" in cfg and cfg["interpolation"] not in INTERPOLATIONS:
         raise ValueError(f"{where}: interpolation must be one of {INTERPOLATIONS}, got {cfg['interpolation']!r}")
     if "crop_mode" in cfg and cfg["crop_mode"] not in CROP_MODES:
         raise ValueError(f"{where}: crop_mode must be one of {CROP_MODES}, got {cfg['crop_mode']!r}")
     if "crop_pct" in cfg:
         crop = cfg["crop_pct"]
-        if isinstance(crop, bool) or not isinstance(crop, numbers.Real) or not 0 < crop <= 1:
+        if isinstance(crop, bool) or not isinstance(crop, numbers.Real) or not 0 < float(crop) <= 1:
             raise ValueError(f"{where}: crop_pct must be a number in (0, 1], got {crop!r}")
         checked["crop_pct"] = float(crop)
     checked.update({key: cfg[key] for key in ("interpolation", "crop_mode") if key in cfg})
@@ -136,10 +136,10 @@ def _vit_input_size(model: nn.Module) -> tuple[int, int, int] | None:
     """(channels, height, width) a fixed-size timm ViT was built for; None for other models."""
     patch_embed = getattr(model, "patch_embed", None)
     size = getattr(patch_embed, "img_size", None)
-    proj = getattr(patch_embed, "proj", None)
-    if size is None or getattr(patch_embed, "dynamic_img_size", False) or not hasattr(proj, "in_channels"):
+    channels = getattr(getattr(patch_embed, "proj", None), "in_channels", None)
+    if size is None or channels is None or getattr(patch_embed, "dynamic_img_size", False):
         return None
-    return (proj.in_channels, *size)
+    return (int(channels), *size)
 
 
 def _ints(values: Any, length: int) -> bool:

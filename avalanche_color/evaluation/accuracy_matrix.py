@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 EXPERIENCE_ACCURACY = re.compile(r"^Top1_Acc_Exp/eval_phase/(?P<stream>[^/]+)/Task\d+/Exp(?P<experience>\d+)$")
 STREAM_ACCURACY = re.compile(r"^Top1_Acc_Stream/eval_phase/(?P<stream>[^/]+)/Task(?P<task>\d+)$")
@@ -92,7 +92,7 @@ class AccuracyMatrix:
                 forgetting[column] = rows[own[-1]][column] - now
         return forgetting
 
-    def final_rows(self, stream: str) -> list[dict[str, object]]:
+    def final_rows(self, stream: str) -> list[dict[str, Any]]:
         """One row per test experience of the latest evaluation: accuracy, forgetting, routing."""
         rows = self.rows.get(stream, {})
         last = len(self.trained) - 1

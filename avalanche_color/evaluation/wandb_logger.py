@@ -332,9 +332,9 @@ def strategy_options(strategy: Any) -> dict[str, Any]:
     strategy, its batch sizes and epochs.
     """
     options: dict[str, Any] = {"strategy": type(strategy).__name__}
-    config = getattr(strategy, "config", None)
-    if callable(getattr(config, "as_dict", None)):
-        options.update(config.as_dict())
+    as_dict = getattr(getattr(strategy, "config", None), "as_dict", None)
+    if callable(as_dict):
+        options.update(as_dict())
     else:
         options.update({name: getattr(strategy, name) for name in ("train_mb_size", "train_epochs", "eval_mb_size")
                         if isinstance(getattr(strategy, name, None), int)})
