@@ -1,6 +1,6 @@
 """InfLoRA's model: W = W0 + sum_t B_t A_t on k and v of every block, each A_t designed and fixed.
 
-What comes from where (InfLoRA paper, Liang & Li CVPR 2024, Sec. 4; official code
+What comes from where (InfLoRA paper, Liang & Li CVPR 2024, its method section; official code
 liangyanshuo/InfLoRA, ``models/vit_inflora.py`` and ``methods/inflora.py``). The paper names
 the designed dimensionality-reduction matrix B_t and the trained one A_t; the code (and this
 module) the other way round: ``A_t`` (r x d) is designed and fixed, ``B_t`` (d x r) trains.

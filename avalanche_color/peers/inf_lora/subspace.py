@@ -4,18 +4,20 @@ For every LoRA'd layer (each block's qkv, whose input is the block's normed toke
 
 * :func:`input_covariances`: the input representation matrix ``R = mean over tokens of x x^T``
   (d x d) of one experience's training data (``cur_matrix`` in the code's ``Attention_LoRA``).
-* :meth:`ProtectedSubspace.update`, after each task: the bases of DualGPM (Liang & Li, InfLoRA
-  Sec. 4.2, following Saha et al.'s GPM and Liang & Li's DualGPM; code ``update_DualGPM``). The
-  first task keeps the top singular vectors of ``R`` whose cumulative squared singular values stay
-  below the fraction epsilon (``threshold``) of the total (at least one); later tasks add the top singular vectors of
-  ``R``'s part outside the kept space until the kept fraction reaches epsilon. Once the kept space
-  is wider than d/2 the complement is kept instead (``retain``), and shrunk by the new task's
-  directions inside it until the fraction left outside falls below 1 - epsilon.
+* :meth:`ProtectedSubspace.update`, after each task: the bases of DualGPM, which InfLoRA uses
+  (GPM's bases kept as in the DualGPM paper; code ``update_DualGPM`` in ``methods/inflora.py``).
+  The first task keeps the top singular vectors of ``R`` whose cumulative squared singular values
+  stay below the fraction epsilon (``threshold``) of the total (at least one); later tasks add the
+  top singular vectors of ``R``'s part outside the kept space until the kept fraction reaches
+  epsilon. Once the kept space is wider than d/2 the complement is kept instead (``retain``), and
+  shrunk by the new task's directions inside it until the fraction left outside falls below
+  1 - epsilon.
 * :func:`design_reduction`, before each task: ``A_t`` = the top-r left singular vectors of the new
   task's ``R`` projected onto the free space (``R - M M^T R``, or ``Q Q^T R`` with a kept complement),
-  divided by sqrt(3) as the code does. Our one addition: the rows are projected onto the free space
+  divided by sqrt(3) as the code does. Our additions: the rows are projected onto the free space
   once more, which changes nothing when the projected ``R`` has rank >= r and keeps the rows out of
-  the protected space when it has less (small models, tiny tasks).
+  the protected space when it has less (small models, tiny tasks); and every singular vector's sign
+  is fixed (largest entry positive), so that torchrun ranks design what one process designs.
 
 The code's one quirk left out: after the first task it labels a kept space wider than d/2 as a
 complement without taking the complement (and then fails its own assertion); here the same

@@ -1,6 +1,6 @@
 """SD-LoRA's model: W = W0 + sum_i alpha_i B_i A_i / ||B_i A_i||_F on q and v of every block.
 
-What comes from where (SD-LoRA paper, Wu et al. ICLR 2025, Sec. 3; official code
+What comes from where (SD-LoRA paper, Wu et al. ICLR 2025, its method section; official code
 WuYichen-97/SD-Lora-CL, ``backbone/lora.py`` and ``models/sdlora.py``):
 
 * LoRA on the query and value parts of every block's fused qkv (``LoRA_ViT_timm``:
@@ -12,11 +12,13 @@ WuYichen-97/SD-Lora-CL, ``backbone/lora.py`` and ``models/sdlora.py``):
   ``_LoRA_qkv_timm_train``; with B starting at zero its norm is zero). Once its experience is
   finished its direction is frozen and normalised per layer and part: ``B_i A_i / ||B_i A_i||_F``
   (the paper's normalised direction; ``direction_norm="factors"`` divides by ``||B_i||_F ||A_i||_F``
-  as the code does). Every alpha, old and new, keeps learning in each later experience.
+  as the code does). Every alpha, old and new, keeps learning in each later experience. So when an
+  experience ends, its update changes from ``alpha_t B_t A_t`` to ``alpha_t B_t A_t / ||B_t A_t||_F``
+  (one magnitude for all layers cannot keep every layer's scale); the code does the same.
 * Our choice where the code differs from the paper's description: the code rebuilds its model
   for every task, so earlier magnitudes restart at 0.8; here they continue from their learned
   values (the paper's "magnitudes keep learning").
-* SD-LoRA-RR (rank reduction, paper Sec. 3.3) is ``rank_schedule``: the code's commented
+* SD-LoRA-RR (the paper's rank-reduction variant) is ``rank_schedule``: the code's commented
   schedule is ``(10, 10, 10, 10, 8, 8, 8, 8, 6)``. SD-LoRA-KD (folding a new direction into
   earlier ones by least squares) is not implemented.
 """
