@@ -12,7 +12,8 @@ from lora_sum_cases import (check_bad_options_are_refused, check_dtype, check_lo
                             check_online_stream_with_task_boundaries,
                             check_positional_model_warns_as_avalanche, check_pretrained_round_trip,
                             check_resume_equals_uninterrupted, check_signature_agrees_with_config,
-                            check_two_ranks_equal_one_process, drop_in_accuracy, tiny, trained_counts)
+                            drop_in_accuracy, tiny, trained_counts)
+from lora_sum_torchrun import check_two_ranks_equal_one_process
 from streams import class_stream
 
 pytestmark = pytest.mark.usefixtures("one_thread")
