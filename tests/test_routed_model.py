@@ -164,6 +164,7 @@ def test_a_folder_saved_with_the_earlier_names_loads(tmp_path):
     folder = model.save_pretrained(tmp_path / "experts")
     # As an earlier version wrote it: the option routing, and heads and records at the top level.
     config = json.loads((folder / "config.json").read_text())
+    config.pop("files", None)  # no file digests then
     options = config["options"]
     options["routing"] = options.pop("routing_features")
     del options["router"]

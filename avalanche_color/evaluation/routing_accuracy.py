@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING, Literal, Optional
 
 import torch
@@ -15,16 +16,23 @@ if TYPE_CHECKING:
 
 
 class RoutedShare(Metric[Optional[float]]):
-    """Share of samples routed to their own expert; ``None`` before any sample."""
+    """Share of samples routed to their own expert; ``None`` before any sample.
+
+    It also counts the samples each expert answered (:attr:`experts`).
+    """
 
     def __init__(self) -> None:
         self.correct = 0
         self.total = 0
+        self.experts: Counter[int] = Counter()
 
-    def update(self, correct: torch.Tensor) -> None:
-        """Count a batch: ``correct`` says per sample whether it went to an expert of its own experience."""
+    def update(self, correct: torch.Tensor, experts: Optional[torch.Tensor] = None) -> None:
+        """Count a batch: ``correct`` says per sample whether it went to an expert of its own experience,
+        ``experts`` (if given) which expert each sample went to."""
         self.correct += int(correct.sum())
         self.total += correct.numel()
+        if experts is not None:
+            self.experts.update(experts.tolist())
 
     def result(self) -> Optional[float]:
         return self.correct / self.total if self.total else None
@@ -32,6 +40,7 @@ class RoutedShare(Metric[Optional[float]]):
     def reset(self) -> None:
         self.correct = 0
         self.total = 0
+        self.experts = Counter()
 
 
 class RoutingAccuracy(GenericPluginMetric[Optional[float], RoutedShare]):
@@ -41,8 +50,9 @@ class RoutingAccuracy(GenericPluginMetric[Optional[float], RoutedShare]):
     experience it comes from (train and test streams line up experience by
     experience). Experiences without an expert yet are left out, not counted
     as wrong. The experts are those the model's evaluation forward routed the
-    batch to (``strategy.model.routed_experts``, all ranks' under torchrun); a strategy whose
-    model routes nothing (not a routed expert model) is not counted.
+    batch to (``strategy.model.routed_experts``, all ranks' under torchrun; a model that routes
+    nothing is not counted); :meth:`expert_counts` says how many samples each answered since the
+    last reset.
     """
 
     def __init__(self, reset_at: Literal["experience", "stream"], emit_at: Literal["experience", "stream"]):
@@ -56,7 +66,17 @@ class RoutingAccuracy(GenericPluginMetric[Optional[float], RoutedShare]):
         experience = strategy.experience.current_experience
         origins = model.bank.experiences
         if bool((origins == experience).any()):  # a revisited experience has several experts
-            self._metric.update(origins[model.routed_experts.to(origins.device)] == experience)
+            routed = model.routed_experts.to(origins.device)
+            self._metric.update(origins[routed] == experience, routed)
+
+    @property
+    def per_experience(self) -> bool:
+        """Whether it is reset and emitted per evaluation experience (else per stream)."""
+        return self._emit_at == "experience"
+
+    def expert_counts(self) -> dict[int, int]:
+        """Expert index -> the samples it answered, since the last reset."""
+        return dict(sorted(self._metric.experts.items()))
 
     def _package_result(self, strategy: "SupervisedTemplate") -> "MetricResult":
         if self.result() is None:

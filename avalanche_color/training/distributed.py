@@ -25,6 +25,7 @@ single-process runs are unchanged. What each part does:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
@@ -79,12 +80,17 @@ def eval_loader(dataset: Any, batch_size: int, options: Optional[LoaderOptions] 
     return data_loader(dataset, options or LoaderOptions(), device, batch_sampler=batches, **collate)
 
 
-def wrap_current_expert(model: RoutedExpertViT) -> Optional[DistributedDataParallel]:
-    """``model`` in DDP over the parameters of the expert that trains only; None if not distributed."""
+def wrap_current_expert(model: nn.Module, trainable: Optional[Iterable[nn.Parameter]] = None
+                        ) -> Optional[DistributedDataParallel]:
+    """``model`` in DDP over the ``trainable`` parameters only (a routed model's: those of the expert that
+    trains; another model's, by default: those that require gradients); None if not distributed."""
     if not is_distributed():
         return None
-    trainable = model.bank.trainable
-    own = set() if trainable is None else {id(p) for p in model.expert_parameters(trainable)}
+    if trainable is None and isinstance(model, RoutedExpertViT):
+        trainable = () if model.bank.trainable is None else model.expert_parameters(model.bank.trainable)
+    elif trainable is None:
+        trainable = (p for p in model.parameters() if p.requires_grad)
+    own = {id(p) for p in trainable}
     frozen = [name for name, p in model.named_parameters() if id(p) not in own]
     frozen += [name for name, _ in model.named_buffers()]
     # Frozen weights and buffers (prototypes, class maps) are neither broadcast nor reduced.
