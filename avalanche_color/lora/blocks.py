@@ -41,7 +41,9 @@ def attention_forward(attn: Attention, x: Tensor, experts: ExpertSelection, trai
     batch, tokens, _ = x.shape
     gate = getattr(attn, "gate", None)  # timm >= 1.0.20: an optional sigmoid gate
     gate = gate(x).sigmoid() if gate is not None else None
-    qkv = attn.qkv(x, experts, trained).reshape(batch, tokens, 3, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4)
+    # Other qkv layers (the LoRA-sum peers') take only the per-forward argument: ``trained`` is CoLoR's.
+    projected = attn.qkv(x, experts) if trained is None else attn.qkv(x, experts, trained)
+    qkv = projected.reshape(batch, tokens, 3, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4)
     q, k, v = qkv.unbind(0)
     q, k = attn.q_norm(q), attn.k_norm(k)
     if attn.fused_attn:
