@@ -100,3 +100,18 @@ def test_the_model_given_positionally_warns_as_in_avalanche():
 
 def test_loader_options_reach_every_loader(monkeypatch):
     check_loader_options_reach_every_loader(SDLoRA, monkeypatch)
+
+
+def test_what_trains_is_declared_not_read_back_from_requires_grad():
+    # A user's model.requires_grad_(True) changes neither the computation nor what the optimiser gets.
+    strategy = tiny(SDLoRA)
+    stream = class_stream(num_experiences=2, per_class=8).train_stream
+    for experience in stream:
+        strategy.train(experience)
+    model = strategy.model.eval()
+    x = torch.stack([stream[1].dataset[i][0] for i in range(4)])
+    declared = [id(p) for p in model.trainable_parameters()]
+    before = model(x)
+    model.requires_grad_(True)
+    assert torch.equal(model(x), before)
+    assert [id(p) for p in model.trainable_parameters()] == declared

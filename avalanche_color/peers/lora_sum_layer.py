@@ -10,9 +10,10 @@ magnitude over the direction's norm, InfLoRA's 1. Each component's weights are a
 :class:`~avalanche_color.lora.qv_experts.QVLoRA` (A Kaiming-uniform, B zeros, scaling 1):
 its index 0 belongs to the first adapted part, index 1 to the second.
 
-Frozen components are folded into the weight (one matmul, a d x r x d product per component
-and forward, nothing per sample); those that train run in two thin matmuls per part (their A's
-stacked down, their scaled B's stacked up).
+Which components run low-rank is an argument (:attr:`Mixing.low_rank`: those whose factors train);
+every other one is folded into the weight (one matmul, a d x r x d product per component and
+forward, nothing per sample; gradients still reach its coefficient through the fold). Nothing is
+read from ``requires_grad`` or the grad mode, so the same call computes the same way everywhere.
 """
 
 from __future__ import annotations
@@ -39,11 +40,14 @@ class Mixing:
         magnitudes: one scalar per component (SD-LoRA's alpha_i); None: every coefficient is 1 (InfLoRA).
         normalised: per component, whether its update is divided by its norm (SD-LoRA's finished directions).
         norm: ``"product"``: ``||B A||_F`` (the SD-LoRA paper); ``"factors"``: ``||B||_F ||A||_F`` (its code).
+        low_rank: the components that run low-rank, down and up (those whose A or B train: what their
+            gradients need); the others are folded into the weight.
     """
 
     magnitudes: Optional[Sequence[Tensor]] = None
     normalised: Sequence[bool] = ()
     norm: DirectionNorm = "product"
+    low_rank: frozenset[int] = frozenset()
 
 
 def direction_norm(A: Tensor, B: Tensor, norm: DirectionNorm) -> Tensor:
@@ -105,16 +109,14 @@ class LoRASumQKV(nn.Module):
     def forward(self, x: Tensor, mixing: Optional[Mixing] = None) -> Tensor:
         """``[q | k | v]`` of ``x`` plus every component's update on the adapted parts.
 
-        Components that need no gradient (their A, B and coefficient frozen: InfLoRA's earlier
-        branches, every branch at inference) are folded into the weight, one matmul for all; the
-        others run low-rank, down and up (what the gradients of a trained component need).
+        The components named in ``mixing.low_rank`` run low-rank, down and up (what the gradients of
+        trained factors need); the others are folded into the weight, one matmul for all.
         """
         if not len(self.components):
             return self.base_layer(x)
-        coefficients = self.coefficients(mixing or Mixing())
-        frozen = [i for i, c in enumerate(self.components)
-                  if not (c.A.requires_grad or c.B.requires_grad
-                          or any(row[i].requires_grad for row in coefficients))]
+        mixing = mixing or Mixing()
+        coefficients = self.coefficients(mixing)
+        frozen = [i for i in range(len(self.components)) if i not in mixing.low_rank]
         weight = self.base_layer.weight
         if frozen:
             parts = list(weight.split(self.width))

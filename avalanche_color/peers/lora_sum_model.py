@@ -17,7 +17,7 @@ import copy
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Optional, TypeVar
 
 import torch
 from avalanche.models import DynamicModule
@@ -104,16 +104,23 @@ class LoRASumViT(DynamicModule):
         """The current component is learned: from now on it is frozen."""
         if len(self.finished):
             self.finished[-1] = True
+        self.set_trainable()
+
+    def training_component(self) -> Optional[int]:
+        """The component being learned: the newest, until :meth:`finish_component`; None after."""
+        return len(self.finished) - 1 if len(self.finished) and not bool(self.finished[-1]) else None
 
     def trainable_parameters(self) -> Iterator[nn.Parameter]:
-        """What trains in the current experience (set by :meth:`set_trainable`)."""
-        return (p for p in self.parameters() if p.requires_grad)
+        """What trains in the current experience: the head, and what the method adds (subclasses extend).
+        Declared here, never read back from ``requires_grad``: the optimiser and DDP take these."""
+        yield self.head_weight
+        yield self.head_bias
 
     def set_trainable(self) -> None:
-        """Freeze everything but the method's trainable parameters and the head (subclasses extend)."""
+        """The one place that sets ``requires_grad``: on :meth:`trainable_parameters`, off everywhere else."""
         self.requires_grad_(False)
-        self.head_weight.requires_grad_(True)
-        self.head_bias.requires_grad_(True)
+        for parameter in self.trainable_parameters():
+            parameter.requires_grad_(True)
 
     # ------------------------------------------------------------------ classes
 
