@@ -133,7 +133,7 @@ def test_the_model_given_positionally_warns_as_in_avalanche():
 
 
 def test_frozen_branches_folded_into_the_weight_compute_what_the_low_rank_path_computes():
-    from avalanche_color.peers.lora_sum_layer import LoRASumQKV, Mixing
+    from avalanche_color.peers.lora_sum.layer import LoRASumQKV, Mixing
 
     torch.manual_seed(0)
     layer = LoRASumQKV(torch.nn.Linear(16, 48), ("k", "v"))

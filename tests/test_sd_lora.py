@@ -7,7 +7,7 @@ import torch
 
 import drop_in_cases
 from avalanche_color import SDLoRA, SDLoRAConfig, SDLoRAViT
-from avalanche_color.peers.lora_sum_layer import direction_norm
+from avalanche_color.peers.lora_sum.layer import direction_norm
 from lora_sum_cases import (check_bad_options_are_refused, check_dtype, check_loader_options_reach_every_loader,
                             check_online_stream_with_task_boundaries,
                             check_positional_model_warns_as_avalanche, check_pretrained_round_trip,

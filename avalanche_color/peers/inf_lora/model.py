@@ -27,8 +27,8 @@ from torch import Tensor, nn
 
 from avalanche_color.peers.inf_lora.config import InfLoRAConfig
 from avalanche_color.peers.inf_lora.subspace import ProtectedSubspace, design_reduction
-from avalanche_color.peers.lora_sum_layer import Mixing, Part
-from avalanche_color.peers.lora_sum_model import LoRASumViT
+from avalanche_color.peers.lora_sum.layer import Mixing, Part
+from avalanche_color.peers.lora_sum.model import LoRASumViT
 
 
 class InfLoRAViT(LoRASumViT):

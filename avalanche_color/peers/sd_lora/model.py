@@ -31,8 +31,8 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from avalanche_color.peers.lora_sum_layer import Mixing, Part
-from avalanche_color.peers.lora_sum_model import LoRASumViT
+from avalanche_color.peers.lora_sum.layer import Mixing, Part
+from avalanche_color.peers.lora_sum.model import LoRASumViT
 from avalanche_color.peers.sd_lora.config import SDLoRAConfig
 
 

@@ -2,7 +2,7 @@
 
 The model of SD-LoRA and InfLoRA (:class:`LoRASumViT`; each method subclasses it). Unlike
 CoLoR's routed experts, nothing is routed: every sample runs one forward through the
-backbone with all components summed (:mod:`~avalanche_color.peers.lora_sum_layer`), then
+backbone with all components summed (:mod:`~avalanche_color.peers.lora_sum.layer`), then
 the one linear head. The head grows with the classes of each training experience (new rows
 as ``nn.Linear`` initialises them; old rows kept); classes never trained get ``-inf``.
 
@@ -26,8 +26,8 @@ from torch import Tensor, nn
 from avalanche_color.config import Options
 from avalanche_color.experts.backbone import backbone_dtype, backbone_images, check_images, check_vision_transformer
 from avalanche_color.lora.blocks import expert_tokens
-from avalanche_color.peers.lora_sum_files import load_folder, save_folder
-from avalanche_color.peers.lora_sum_layer import LoRASumQKV, Mixing, Part
+from avalanche_color.peers.lora_sum.files import load_folder, save_folder
+from avalanche_color.peers.lora_sum.layer import LoRASumQKV, Mixing, Part
 from avalanche_color.utils.files import PathLike
 from avalanche_color.utils.rng import seeded
 from avalanche_color.utils.experiences import experience_classes

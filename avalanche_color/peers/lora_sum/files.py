@@ -21,7 +21,7 @@ from avalanche_color.utils.files import PathLike, write_folder_atomically
 from avalanche_color.version import __version__
 
 if TYPE_CHECKING:
-    from avalanche_color.peers.lora_sum_model import LoRASumViT
+    from avalanche_color.peers.lora_sum.model import LoRASumViT
 
 FORMAT = "avalanche_color.lora_sum"
 CONFIG_FILE = "config.json"

@@ -22,7 +22,7 @@ from avalanche.training.plugins.evaluation import default_evaluator
 from avalanche.training.templates import SupervisedTemplate
 from torch import Tensor, nn
 
-from avalanche_color.peers.lora_sum_model import LoRASumViT
+from avalanche_color.peers.lora_sum.model import LoRASumViT
 from avalanche_color.training.cosine_schedule import PerExperienceCosine
 from avalanche_color.training.data_checks import DataChecksPlugin
 from avalanche_color.training.distributed import eval_loader, gather_eval_batch, is_distributed, wrap_current_expert
