@@ -22,72 +22,97 @@ Where each part of the method lives:
 
 Folders import one way, each only from those before it: utils < config, backbones < lora <
 routing < experts < training < color, peers < evaluation (``tests/test_layers.py``).
+
+Importing the package is quick: the names below are imported on first use (``from avalanche_color
+import CoLoR`` imports torch, timm and Avalanche then), so a script or command line can read
+:mod:`avalanche_color.config` or ``--help`` without them.
 """
 
+from __future__ import annotations
+
+import importlib
 import warnings
+from typing import TYPE_CHECKING, Any
 
-with warnings.catch_warnings():
-    # Avalanche imports qpsolvers for GEM, which nothing here uses; without a QP solver installed,
-    # qpsolvers warns on import. Imported first, under this filter, so that the warning never shows.
-    warnings.filterwarnings("ignore", message="no QP solver found", category=UserWarning)
-    import avalanche.training  # noqa: F401
-
-from avalanche_color.color.model import ExpertViT
-from avalanche_color.color.plugins import LoRAExpertsPlugin
-from avalanche_color.color.strategy import CoLoR
-from avalanche_color.config import (CoLoRConfig, L2PConfig, L2PModelOptions, LoRAOptions, PromptOptions,
-                                    PrototypeOptions, RoutingOptions, SPromptsConfig)
-from avalanche_color.evaluation.routing_accuracy import RoutingAccuracy, routing_accuracy_metrics
-from avalanche_color.evaluation.wandb_logger import WandBLogger
-from avalanche_color.experts.heads import ExpertHead
-from avalanche_color.experts.routed_vit import RoutedExpertViT
-from avalanche_color.lora.qv_experts import QKVExperts, QVLoRA
-from avalanche_color.peers.l2p.model import L2PViT
-from avalanche_color.peers.l2p.prompt_pool import PromptPool
-from avalanche_color.peers.l2p.strategy import L2P
-from avalanche_color.peers.s_prompts.model import PromptExpertViT
-from avalanche_color.peers.s_prompts.strategy import SPrompts
-from avalanche_color.routing.prototypes import fit_class_prototypes, fit_prototypes
-from avalanche_color.routing.router import PrototypeRouter
-from avalanche_color.training.checkpoint import CheckpointError, read_checkpoint
-from avalanche_color.training.data_checks import DataChecksPlugin
-from avalanche_color.training.resume import CheckpointPlugin, train_stream
-from avalanche_color.training.router_plugin import PrototypeRouterPlugin
-from avalanche_color.training.template import RoutedExpertsTemplate
 from avalanche_color.version import __version__ as __version__  # re-exported
 
-__all__ = [
-    "CheckpointError",
-    "CheckpointPlugin",
-    "CoLoR",
-    "CoLoRConfig",
-    "DataChecksPlugin",
-    "ExpertHead",
-    "ExpertViT",
-    "L2P",
-    "L2PConfig",
-    "L2PModelOptions",
-    "L2PViT",
-    "LoRAExpertsPlugin",
-    "LoRAOptions",
-    "PromptExpertViT",
-    "PromptOptions",
-    "PromptPool",
-    "PrototypeOptions",
-    "PrototypeRouter",
-    "PrototypeRouterPlugin",
-    "QKVExperts",
-    "QVLoRA",
-    "RoutedExpertViT",
-    "RoutedExpertsTemplate",
-    "RoutingAccuracy",
-    "RoutingOptions",
-    "SPrompts",
-    "SPromptsConfig",
-    "WandBLogger",
-    "fit_class_prototypes",
-    "fit_prototypes",
-    "read_checkpoint",
-    "routing_accuracy_metrics",
-    "train_stream",
-]
+# Avalanche imports qpsolvers (for GEM, which nothing here uses), and qpsolvers warns on import when
+# no QP solver is installed. Filtered here, narrowly, since Avalanche is imported lazily from anywhere.
+warnings.filterwarnings("ignore", message="no QP solver found", category=UserWarning, module="qpsolvers")
+
+# Public name -> the module that defines it; imported on first access (PEP 562).
+_EXPORTS: dict[str, str] = {
+    "CheckpointError": "avalanche_color.training.checkpoint",
+    "CheckpointPlugin": "avalanche_color.training.resume",
+    "CoLoR": "avalanche_color.color.strategy",
+    "CoLoRConfig": "avalanche_color.config",
+    "DataChecksPlugin": "avalanche_color.training.data_checks",
+    "ExpertHead": "avalanche_color.experts.heads",
+    "ExpertViT": "avalanche_color.color.model",
+    "L2P": "avalanche_color.peers.l2p.strategy",
+    "L2PConfig": "avalanche_color.config",
+    "L2PModelOptions": "avalanche_color.config",
+    "L2PViT": "avalanche_color.peers.l2p.model",
+    "LoRAExpertsPlugin": "avalanche_color.color.plugins",
+    "LoRAOptions": "avalanche_color.config",
+    "PromptExpertViT": "avalanche_color.peers.s_prompts.model",
+    "PromptOptions": "avalanche_color.config",
+    "PromptPool": "avalanche_color.peers.l2p.prompt_pool",
+    "PrototypeOptions": "avalanche_color.config",
+    "PrototypeRouter": "avalanche_color.routing.router",
+    "PrototypeRouterPlugin": "avalanche_color.training.router_plugin",
+    "QKVExperts": "avalanche_color.lora.qv_experts",
+    "QVLoRA": "avalanche_color.lora.qv_experts",
+    "RoutedExpertViT": "avalanche_color.experts.routed_vit",
+    "RoutedExpertsTemplate": "avalanche_color.training.template",
+    "RoutingAccuracy": "avalanche_color.evaluation.routing_accuracy",
+    "RoutingOptions": "avalanche_color.config",
+    "SPrompts": "avalanche_color.peers.s_prompts.strategy",
+    "SPromptsConfig": "avalanche_color.config",
+    "WandBLogger": "avalanche_color.evaluation.wandb_logger",
+    "fit_class_prototypes": "avalanche_color.routing.prototypes",
+    "fit_prototypes": "avalanche_color.routing.prototypes",
+    "read_checkpoint": "avalanche_color.training.checkpoint",
+    "routing_accuracy_metrics": "avalanche_color.evaluation.routing_accuracy",
+    "train_stream": "avalanche_color.training.resume",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'avalanche_color' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups do not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
+
+if TYPE_CHECKING:  # what editors and type checkers see: the same names, imported eagerly
+    from avalanche_color.color.model import ExpertViT
+    from avalanche_color.color.plugins import LoRAExpertsPlugin
+    from avalanche_color.color.strategy import CoLoR
+    from avalanche_color.config import (CoLoRConfig, L2PConfig, L2PModelOptions, LoRAOptions, PromptOptions,
+                                        PrototypeOptions, RoutingOptions, SPromptsConfig)
+    from avalanche_color.evaluation.routing_accuracy import RoutingAccuracy, routing_accuracy_metrics
+    from avalanche_color.evaluation.wandb_logger import WandBLogger
+    from avalanche_color.experts.heads import ExpertHead
+    from avalanche_color.experts.routed_vit import RoutedExpertViT
+    from avalanche_color.lora.qv_experts import QKVExperts, QVLoRA
+    from avalanche_color.peers.l2p.model import L2PViT
+    from avalanche_color.peers.l2p.prompt_pool import PromptPool
+    from avalanche_color.peers.l2p.strategy import L2P
+    from avalanche_color.peers.s_prompts.model import PromptExpertViT
+    from avalanche_color.peers.s_prompts.strategy import SPrompts
+    from avalanche_color.routing.prototypes import fit_class_prototypes, fit_prototypes
+    from avalanche_color.routing.router import PrototypeRouter
+    from avalanche_color.training.checkpoint import CheckpointError, read_checkpoint
+    from avalanche_color.training.data_checks import DataChecksPlugin
+    from avalanche_color.training.resume import CheckpointPlugin, train_stream
+    from avalanche_color.training.router_plugin import PrototypeRouterPlugin
+    from avalanche_color.training.template import RoutedExpertsTemplate

@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any, List, Optional
 import numpy as np
 from avalanche.evaluation.metric_results import AlternativeValues, TensorImage
 from avalanche.logging import WandBLogger as AvalancheWandBLogger
-from matplotlib.figure import Figure
 from PIL.Image import Image
 from torch import Tensor
 
@@ -117,6 +116,8 @@ class WandBLogger(AvalancheWandBLogger):
             if self.log_artifacts:
                 self._log_checkpoint(name, value, x_plot)
             return
+        from matplotlib.figure import Figure  # here: matplotlib is needed only once a metric is logged
+
         charts = _chart_types(self.wandb)
         if isinstance(value, AlternativeValues):
             value = value.best_supported_value(Image, Tensor, TensorImage, Figure, float, int, *charts)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from sklearn.cluster import KMeans
 from torch import Tensor
 
 
@@ -24,6 +23,8 @@ def fit_prototypes(features: Tensor, k: int, *, seed: int = 0, n_init: int = 10)
     n = features.shape[0]
     if not 1 <= k <= n:
         raise ValueError(f"k must be between 1 and the experience's sample count {n}, got k={k}")
+    from sklearn.cluster import KMeans  # here, not at module import: scikit-learn takes a tenth of a second to load
+
     data = features.detach().to("cpu", torch.float64).numpy()
     kmeans = KMeans(n_clusters=k, random_state=seed, n_init=n_init).fit(data)
     centres = np.asarray(kmeans.cluster_centers_)
