@@ -474,3 +474,12 @@ def test_data_location_from_the_argument_the_environment_or_a_download(tmp_path,
     monkeypatch.setattr(archives, "download", offline)
     with pytest.raises(FileNotFoundError, match="downloading http://example.org/other.zip failed .*unreachable.*--data"):
         archives.data_path(None, "tiny-32px.zip", "Tiny", "", "http://example.org/other.zip")
+
+
+def test_a_damaged_zip_is_refused_naming_its_path(tmp_path):
+    from avalanche_color.benchmarks.archives import Archive
+
+    damaged = tmp_path / "pacs.zip"
+    damaged.write_bytes(b"PK\x03\x04 and then nothing a zip reader can use")
+    with pytest.raises(ValueError, match=f"data path '{damaged}' is not a readable zip file"):
+        Archive(damaged)

@@ -101,6 +101,25 @@ def test_runner_logs_each_run_to_its_own_offline_wandb_run(tiny_backbone, tmp_pa
         assert logged["average_accuracy"] == pytest.approx(run["average_accuracy"])
         assert logged["trainable_parameters_per_experience"] == run["trainable_parameters_per_experience"]
         assert exit_code(run_file) == 0
+    # Each run's config holds its method's own options, as its strategy got them.
+    color, naive = (run_config(run_file) for run_file in run_files)
+    assert (color["method"], color["seed"], color["rank"], color["k"], color["lr"], color["routing"]) == (
+        "CoLoR", 0, 2, 4, 0.05, "backbone")
+    assert (naive["method"], naive["lr"], naive["momentum"]) == ("Naive", 0.01, 0.9) and "rank" not in naive
+    assert color["comparison"]["benchmark"] == "digits_class"
+
+
+def run_config(run_file) -> dict:
+    """The config a W&B run recorded (its offline file's run and config records)."""
+    from offline_wandb import leveldb_records
+
+    values: dict = {}
+    for record in leveldb_records(run_file):
+        kind = record.WhichOneof("record_type")
+        items = record.run.config.update if kind == "run" else record.config.update if kind == "config" else []
+        values.update({item.key: json.loads(item.value_json) for item in items})
+    return {key: value.get("value", value) if isinstance(value, dict) and "value" in value else value
+            for key, value in values.items() if not key.startswith("_")}
 
 
 def test_wandb_keeps_each_runs_history_and_summary_out_of_the_terminal(tiny_backbone, tmp_path, offline_wandb,

@@ -44,7 +44,10 @@ def prepare(config: RunConfig) -> Prepared:
         device = str(DistributedHelper.make_device())  # each rank's own (cuda:<rank> or cpu)
     else:
         device = config.device if config.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-    check_data(config.benchmark, config.data)
+    try:
+        check_data(config.benchmark, config.data)
+    except ValueError as error:
+        raise RunConfigError("data", config.data, str(error)) from None
     backbone_name = config.backbone or spec.backbone
     try:
         backbone = load_backbone(backbone_name, architecture=config.architecture)
@@ -72,15 +75,15 @@ def check_prototypes(config: RunConfig, planned: PlannedRun, stream: Any) -> Non
         return
     for index, experience in enumerate(stream.train_stream):
         if config.prototypes_per_class is None:
-            available, per, field, value = len(experience.dataset), "its", "ks", planned.k
+            field, value, available = "ks", planned.k, len(experience.dataset)
+            what = f"training experience {index} of {config.benchmark} has {available} samples"
         else:
             counts = torch.as_tensor(list(experience.dataset.targets)).unique(return_counts=True)[1]
-            available, per, field, value = int(counts.min()), "its smallest class's", "prototypes_per_class", \
-                config.prototypes_per_class
+            field, value, available = "prototypes_per_class", config.prototypes_per_class, int(counts.min())
+            what = f"a class of training experience {index} of {config.benchmark} has {available} samples"
         if value > available:
-            raise RunConfigError(field, value, f"must be at most {available}: training experience {index} of "
-                                               f"{config.benchmark} has {available} samples ({per}) to fit "
-                                               f"{planned.method}'s k-means centres on")
+            raise RunConfigError(field, value, f"must be at most {available}: {what} to fit {planned.method}'s "
+                                               "k-means centres on")
 
 
 def run_comparison(config: RunConfig, progress: bool = True) -> dict[str, Any]:
