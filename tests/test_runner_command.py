@@ -156,3 +156,33 @@ def test_a_bad_or_failed_rerun_leaves_the_finished_comparison_as_it_was(tiny_bac
         main([*flags, "--epochs", "3", "--resume"])
     assert str(exit_.value).startswith("avalanche-color compare: error: --resume: cannot continue the runs in ")
     assert "different epochs; run without --resume" in str(exit_.value) and "another --name" in str(exit_.value)
+
+
+# ---------------------------------------------------------------------- the registry of methods
+
+
+def test_a_family_is_one_module_in_the_registry(monkeypatch):
+    """What a new family (e.g. SD-LoRA and InfLoRA) takes: a module with METHODS and its name in FAMILIES."""
+    import types
+
+    from avalanche_color.runner import methods
+
+    family = types.ModuleType("avalanche_color.runner.methods.toy")
+    family.METHODS = (methods.Method("Toy", lambda run: dict(rank=run.rank), lambda run, options: options,
+                                     lora=True, frozen_backbone=True),)
+    monkeypatch.setitem(sys.modules, family.__name__, family)
+    monkeypatch.setattr(methods, "FAMILIES", (*methods.FAMILIES, "toy"))
+    registry = methods._registry()  # noqa: SLF001 (what the module builds on import)
+    assert list(registry)[-1] == "Toy" and set(methods.METHODS) < set(registry)
+    monkeypatch.setattr(methods, "REGISTRY", registry)
+    run = methods.MethodRun(RunConfig(benchmark="digits_class"), 3, None, 10, lambda classes: None, {})
+    assert methods.build_strategy(run, "Toy") == {"rank": 3}
+    family.METHODS += (methods.Method("Toy", dict, dict),)
+    with pytest.raises(ValueError, match="method 'Toy' is declared twice"):
+        methods._registry()  # noqa: SLF001
+
+
+def test_each_family_module_declares_its_methods_and_imports_no_torch():
+    run = command("-c", "import sys; from avalanche_color.runner.methods import REGISTRY; "
+                        "print(len(REGISTRY), 'torch' in sys.modules)")
+    assert run.stdout.split() == ["17", "False"]
