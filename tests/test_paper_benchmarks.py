@@ -150,8 +150,8 @@ def test_the_paper_preset_trains_and_feeds_colour_as_its_table_says(benchmark, l
     assert built[1][2:4] == ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))  # timm's cfg of vit_tiny_patch16_224
 
 
-def test_the_readme_shows_the_paper_pipeline_table():
+def test_the_docs_show_the_paper_pipeline_table():
     from benchmarks import REPOSITORY
     from avalanche_color.runner.presets import pipeline_table
 
-    assert pipeline_table() in (REPOSITORY / "README.md").read_text()
+    assert pipeline_table() in (REPOSITORY / "docs" / "benchmarks" / "runner.md").read_text()

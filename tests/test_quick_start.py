@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import ast
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-README = Path(__file__).parents[1] / "README.md"
+from code_blocks import REPOSITORY, run_page, runnable
+
+README = REPOSITORY / "README.md"
 
 
 def quick_start() -> str:
@@ -26,15 +24,18 @@ def test_quick_start_is_in_the_first_screen_of_the_readme():
     assert "import" in quick_start().splitlines()[0]
 
 
+def test_the_quick_start_is_the_readmes_only_python_block():
+    # So the README's run (tests/code_blocks.py, shared with test_docs.py) is the quick start's run.
+    assert [block.code for block in runnable(README)] == [quick_start()]
+
+
 @pytest.mark.slow
-def test_quick_start_runs_as_printed_and_learns(tmp_path):
-    environment = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}  # offline, as promised
-    run = subprocess.run([sys.executable, "-c", quick_start()], cwd=tmp_path, env=environment,
-                         capture_output=True, text=True, timeout=300)
+def test_quick_start_runs_as_printed_and_learns():
+    run = run_page(README)  # offline, as promised (HF_HUB_OFFLINE=1), in an empty folder
     assert run.returncode == 0, run.stderr[-4000:]
     metrics_line, experts_line = run.stdout.strip().splitlines()[-2:]
     metrics = ast.literal_eval(metrics_line)
     assert metrics["Top1_Acc_Stream"] > 0.5 and metrics["RoutingAcc_Stream"] > 0.5  # chance: 0.1 and 0.2
     assert experts_line.startswith("experts:") and "predicted:" in experts_line
     assert "warn" not in run.stderr.lower(), run.stderr
-    assert (tmp_path / "log.txt").exists()
+    assert (run.folder / "log.txt").exists()

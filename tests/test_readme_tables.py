@@ -1,14 +1,26 @@
-"""The README's result tables are what the committed results files say."""
+"""The result tables of the README and the docs pages are what the committed results files say."""
 
 import json
 
-from benchmarks.reporting.readme import README, render, stale_blocks, updated
+from benchmarks.reporting.readme import DOCS, README, RESULTS, block_names, pages, render, stale_blocks, stale_pages, updated
+
+HEADLINES = ["digits_class", "digits_domain", "pacs", "split_tiny_imagenet"]  # one per benchmark, in the README
 
 
-def test_every_readme_table_matches_its_results_file():
-    text = README.read_text()
-    assert "<!-- results: digits_class -->" in text and "<!-- results: digits_domain -->" in text
-    assert stale_blocks(text) == []
+def test_every_table_matches_its_results_file():
+    assert README in pages() and DOCS / "benchmarks" / "index.md" in pages()
+    assert stale_pages() == {}
+
+
+def test_the_readme_has_the_headline_tables_and_the_benchmark_page_has_them_too():
+    assert block_names(README.read_text()) == HEADLINES
+    assert set(HEADLINES) <= set(block_names((DOCS / "benchmarks" / "index.md").read_text()))
+
+
+def test_every_committed_result_has_a_table_in_the_docs():
+    committed = {path.parent.name for path in RESULTS.glob("*/results.json")}
+    shown = {name for page in pages() if page != README for name in block_names(page.read_text())}
+    assert committed == shown
 
 
 def test_a_block_is_rewritten_from_its_results_and_a_stale_one_is_found(tmp_path):
@@ -25,5 +37,12 @@ def test_a_block_is_rewritten_from_its_results_and_a_stale_one_is_found(tmp_path
     assert fresh.startswith("intro\n") and fresh.endswith("<!-- end results -->\noutro\n")
     assert "OMP_NUM_THREADS=1 python -m benchmarks.compare --benchmark toy" in fresh  # as it ran
     assert "| CoLoR | 1 | 50.0 |" in fresh and "Made on cpu: AMD EPYC (x86_64), 1 thread" in fresh
-    assert "minutes" not in fresh  # wall time differs between runs: not in the README
+    assert "minutes" not in fresh  # wall time differs between runs: not in the pages
     assert stale_blocks(fresh, tmp_path) == [] and render("toy", tmp_path) in fresh
+
+
+def test_a_stale_table_in_a_docs_page_is_found(tmp_path):
+    (tmp_path / "docs" / "benchmarks").mkdir(parents=True)
+    (tmp_path / "README.md").write_text("no tables\n")
+    (tmp_path / "docs" / "benchmarks" / "index.md").write_text("<!-- results: pacs -->\nold\n<!-- end results -->\n")
+    assert stale_pages(tmp_path) == {"docs/benchmarks/index.md": ["pacs"]}

@@ -1,0 +1,210 @@
+"""The README and the docs site: the site builds in strict mode, every Python block runs, every command exists.
+
+Python blocks that cannot run offline carry a ``<!-- not run: why -->`` comment right before their
+fence (tests/code_blocks.py); NOT_RUN below lists how many each page has, so none is skipped silently.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from code_blocks import NOT_RUN, REPOSITORY, blocks, pages, run_page, runnable
+
+README = REPOSITORY / "README.md"
+DOCS = REPOSITORY / "docs"
+# The Python blocks that do not run, per page: a download, or several processes.
+NOT_RUN_BLOCKS = {"docs/guide/index.md": 1, "docs/guide/torchrun.md": 1}
+README_MAX_LINES = 300
+
+COMMAND = re.compile(r"(?:^|[\s;&|(])(?:\S*python3?|torchrun)\b(?P<options>[^\n#]*?)\s-m\s+(?P<module>[\w.]+)(?P<rest>[^\n#]*)")
+MAKE = re.compile(r"(?:^|[\s;&|(])make\s+(?P<words>[^\n#`]*)")
+INLINE = re.compile(r"(?<!`)`([^`]+)`(?!`)")
+
+
+def build_site(config: Path, site: Path) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(config),
+                           "--site-dir", str(site)], cwd=config.parent, env=environment, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_the_site_builds_in_strict_mode(tmp_path):
+    run = build_site(REPOSITORY / "mkdocs.yml", tmp_path / "site")
+    assert run.returncode == 0, run.stderr[-4000:]
+    api = (tmp_path / "site" / "api" / "index.html").read_text()
+    assert "CoLoRConfig" in api and "routing_accuracy_metrics" in api  # mkdocstrings rendered the package
+    assert (tmp_path / "site" / "results" / "pacs" / "accuracy.png").exists()  # the hook published the plots
+    assert "load_digits" in (tmp_path / "site" / "index.html").read_text()  # the README's quick start, included
+    for page in pages()[1:]:  # every docs page is in the site
+        relative = page.relative_to(DOCS).with_suffix("")
+        folder = relative.parent if relative.name == "index" else relative
+        assert (tmp_path / "site" / folder / "index.html").exists(), page
+
+
+@pytest.mark.parametrize("broken, says", [
+    ("[a page](no-such-page.md)", "no-such-page.md"),
+    ("[a section](guide/options.md#no-such-section)", "no-such-section"),
+    ("::: avalanche_color.NoSuchStrategy", "NoSuchStrategy"),
+])
+def test_a_broken_link_or_a_stale_api_name_fails_the_build(tmp_path, broken, says):
+    project = tmp_path / "project"
+    project.mkdir()
+    for name in ("mkdocs.yml", "README.md"):
+        shutil.copy(REPOSITORY / name, project)
+    shutil.copytree(DOCS, project / "docs")
+    for name in ("avalanche_color", "benchmarks"):
+        (project / name).symlink_to(REPOSITORY / name)
+    with open(project / "docs" / "index.md", "a") as index:
+        index.write(f"\n{broken}\n")
+    run = build_site(project / "mkdocs.yml", tmp_path / "site")
+    assert run.returncode != 0 and says in run.stdout + run.stderr, run.stderr[-4000:]
+
+
+def test_every_public_name_has_an_entry_in_the_api_reference():
+    tree = ast.parse((REPOSITORY / "avalanche_color" / "__init__.py").read_text())
+    [exported] = [node.value for node in tree.body if isinstance(node, ast.Assign)
+                  and any(getattr(target, "id", None) == "__all__" for target in node.targets)]
+    public = set(ast.literal_eval(exported))
+    documented = set(re.findall(r"^::: avalanche_color\.(\w+)$", (DOCS / "api.md").read_text(), flags=re.MULTILINE))
+    assert public - documented == set(), "add them to docs/api.md"
+
+
+def option_table_names() -> set[str]:
+    text = (DOCS / "guide" / "options.md").read_text()
+    names: set[str] = set()
+    for row in re.findall(r"^\| (`[^|]*`) \|", text, flags=re.MULTILINE):
+        names.update(re.findall(r"`(\w+)`", row))
+    return names
+
+
+def test_the_option_table_describes_every_option_and_no_other():
+    from avalanche_color import CoLoRConfig
+
+    avalanche_keywords = {"criterion", "device", "plugins", "evaluator"}
+    options = {field.name for field in dataclasses.fields(CoLoRConfig) if field.init}
+    assert option_table_names() - avalanche_keywords == options, "docs/guide/options.md"
+
+
+def test_the_readme_fits_and_its_links_lead_somewhere():
+    text = README.read_text()
+    assert len(text.splitlines()) <= README_MAX_LINES
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    local = [link for link in links if "://" not in link]
+    assert len(local) >= 10  # the README points into the docs
+    assert [link for link in local if not (REPOSITORY / link).exists()] == []
+
+
+def test_no_page_names_a_folder_of_the_machine_it_was_written_on():
+    for page in pages():
+        assert not re.search(r"/(work|home|Users|tmp)/\w", page.read_text()), page
+
+
+# ---------------------------------------------------------------------- code blocks
+
+
+def test_every_python_block_runs_or_says_why_not():
+    counted = {}
+    for page in pages():
+        text = page.read_text()
+        found = blocks(page)
+        skipped = [block for block in found if block.not_run is not None]
+        # A marker that is not right before a Python block would skip nothing, or a block of another language.
+        assert len(NOT_RUN.findall(text)) == len(skipped), f"{page}: a not-run marker without a Python block after it"
+        assert all(block.language == "python" and block.not_run.strip() for block in skipped), page
+        if skipped:
+            counted[str(page.relative_to(REPOSITORY))] = len(skipped)
+    assert counted == NOT_RUN_BLOCKS
+    assert sum(len(runnable(page)) for page in pages()) >= 10
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", [page.relative_to(REPOSITORY) for page in pages() if runnable(page)], ids=str)
+def test_a_pages_python_blocks_run_in_order(page):
+    run = run_page(REPOSITORY / page)
+    assert run.returncode == 0, run.stderr[-4000:]
+
+
+def shell_commands() -> list[tuple[str, str]]:
+    """(page, command) for every line of a shell block and every inline command of the README and docs."""
+    found = []
+    for page in pages():
+        name = str(page.relative_to(REPOSITORY))
+        for block in blocks(page):
+            if block.language in ("bash", "sh", "shell", "console"):
+                found += [(name, line) for line in block.code.replace("\\\n", " ").splitlines() if line.strip()]
+        prose = re.sub(r"```.*?```", "", page.read_text(), flags=re.DOTALL)
+        spans = [" ".join(span.split()) for span in INLINE.findall(prose)]
+        found += [(name, span) for span in spans if re.search(r"\bpython3? |\bmake ", span)]
+    return found
+
+
+def modules_and_flags() -> dict[str, set[str]]:
+    used: dict[str, set[str]] = {}
+    for _, command in shell_commands():
+        for match in COMMAND.finditer(command):
+            used.setdefault(match["module"], set()).update(re.findall(r"(?<!\S)(--[a-z][\w-]*)", match["rest"]))
+    # The runner's page names its flags on their own too (`--resume`, `--workers N`).
+    prose = re.sub(r"```.*?```", "", (DOCS / "benchmarks" / "runner.md").read_text(), flags=re.DOTALL)
+    used["benchmarks.compare"].update(re.findall(r"(?<![`\w])`(--[a-z][\w-]*)", prose))
+    return used
+
+
+def test_every_module_a_page_runs_exists():
+    used = modules_and_flags()
+    assert {"benchmarks.compare", "benchmarks.reporting.reproduce", "benchmarks.reporting.readme"} <= set(used)
+    sys.path.insert(0, str(REPOSITORY))
+    try:
+        missing = [module for module in used if module != "mkdocs" and importlib.util.find_spec(module) is None]
+    finally:
+        sys.path.remove(str(REPOSITORY))
+    assert missing == []
+
+
+def test_every_make_target_a_page_names_exists():
+    makefile = (REPOSITORY / "Makefile").read_text()
+    targets = set(re.findall(r"^([\w.-]+(?:%[\w.-]*)?)\s*:(?!=)", makefile, flags=re.MULTILINE))
+    named = set()
+    for _, command in shell_commands():
+        for match in MAKE.finditer(command):
+            named.update(word for word in match["words"].split() if not word.startswith("-") and "=" not in word)
+    assert {"main", "test", "benchmarks"} <= named
+    assert sorted(named - targets) == []
+
+
+HELP = """
+import contextlib, io, runpy, sys
+for module in sys.argv[1:]:
+    sys.argv = [module, "--help"]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        except SystemExit:
+            pass
+    print(f"<<< {module} >>>")
+    print(out.getvalue())
+"""
+
+
+@pytest.mark.slow
+def test_every_flag_a_page_gives_a_command_is_one_of_its_flags():
+    used = {module: flags for module, flags in modules_and_flags().items() if flags and module != "mkdocs"}
+    assert "--benchmark" in used["benchmarks.compare"]
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPOSITORY)}
+    run = subprocess.run([sys.executable, "-c", HELP, *sorted(used)], cwd=REPOSITORY, env=environment,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-4000:]
+    helps = dict(re.findall(r"<<< ([\w.]+) >>>\n(.*?)(?=<<< |\Z)", run.stdout, flags=re.DOTALL))
+    unknown = {module: sorted(flag for flag in flags if not re.search(rf"(?<![\w-]){flag}(?![\w-])", helps[module]))
+               for module, flags in used.items()}
+    assert {module: flags for module, flags in unknown.items() if flags} == {}
