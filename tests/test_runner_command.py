@@ -186,3 +186,13 @@ def test_each_family_module_declares_its_methods_and_imports_no_torch():
     run = command("-c", "import sys; from avalanche_color.runner.methods import REGISTRY; "
                         "print(len(REGISTRY), 'torch' in sys.modules)")
     assert run.stdout.split() == ["17", "False"]
+
+
+def test_the_committed_results_command_form_is_the_runners_command():
+    from benchmarks.compare.__main__ import translated
+
+    results = os.path.relpath(RESULTS)
+    assert translated(["--benchmark", "pacs", "--publish", "--epochs", "3"]) == [
+        "compare", "--benchmark", "pacs", "--epochs", "3", "--out-dir", results]
+    argv = translated(["--benchmark", "digits_class", "--publish"])
+    assert config_from(parser().parse_args(argv), argv)[0].out == Path(results) / "digits_class"
