@@ -21,7 +21,7 @@ from dataclasses import MISSING, dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from avalanche_color.runner.config import (RunConfig, RunConfigError, flag_value, optional, setting, text)
+from avalanche_color.runner.config import RunConfig, RunConfigError, flag_value, optional, path, setting, text
 
 PROGRAM = "avalanche-color"
 DEBUG_ENV = "AVALANCHE_COLOR_DEBUG"
@@ -32,8 +32,14 @@ class CommandLine:
     """The command line's own settings: where the output goes, and how errors show."""
 
     name: Optional[str] = setting(None, "the output folder's name (default: the benchmark)", optional(text))
-    out_dir: Path = setting(Path("runs"), "the folder the output folder goes in", lambda value: None)
+    out_dir: Path = setting(Path("runs"), "the folder the output folder goes in", path)
     debug: bool = setting(False, f"show the traceback of an error (also: {DEBUG_ENV}=1)", flag_value)
+
+    def __post_init__(self) -> None:
+        for spec in dataclasses.fields(self):
+            problem = spec.metadata["check"](getattr(self, spec.name))
+            if problem:
+                raise RunConfigError(spec.name, getattr(self, spec.name), problem)
 
 
 def flag(spec: dataclasses.Field) -> str:

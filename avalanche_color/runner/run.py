@@ -99,8 +99,7 @@ def run_method(planned: PlannedRun, benchmark, spec: BenchmarkSpec, backbone: Vi
         # After each experience, evaluated on the experiences seen so far: oracle routing has no
         # expert for a future task, and after the last one this is the whole test stream. A test
         # stream not paired with the training stream (CORe50's one test set) is evaluated whole.
-        checkpoint = attempt / "checkpoints" / f"{name}.ckpt" if entry.prototypes and entry.lora and main_process \
-            else None
+        checkpoint = attempt / "checkpoints" / f"{name}.ckpt" if entry.checkpoint and main_process else None
         # Every method, Avalanche's strategies too, loads with --workers worker processes.
         loaders = dict(num_workers=config.workers, persistent_workers=config.workers > 0)
         if entry.joint:

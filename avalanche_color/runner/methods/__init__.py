@@ -56,7 +56,8 @@ class Method:
     accuracy; ``frozen_backbone``: trains a few parameters on the frozen backbone, cheap enough for
     every ``--seeds`` (the others run ``--baseline-seeds``); ``joint``: trained once on the whole
     stream; ``task_labels``: routes by task label (needs experience i to carry label i);
-    ``distributed``: runs under torchrun.
+    ``distributed``: runs under torchrun; ``checkpoint``: its strategy saves and resumes with
+    :func:`~avalanche_color.train_stream`'s checkpoints (after every experience, ``--checkpoint-epochs``).
     """
 
     name: str
@@ -68,6 +69,7 @@ class Method:
     joint: bool = False
     task_labels: bool = False
     distributed: bool = False
+    checkpoint: bool = False
 
 
 def _registry() -> dict[str, Method]:

@@ -26,7 +26,7 @@ def _build_color(run: MethodRun, options: dict[str, Any]):
 
 def _variant(name: str, task_labels: bool = False, **routing: str) -> Method:
     return Method(name, _color_options(routing), _build_color, lora=True, prototypes=True, frozen_backbone=True,
-                  task_labels=task_labels, distributed=True)
+                  task_labels=task_labels, distributed=True, checkpoint=True)
 
 
 def _joint_lora_options(run: MethodRun) -> dict[str, Any]:
