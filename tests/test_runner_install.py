@@ -19,16 +19,17 @@ def test_the_wheel_installs_a_console_command_that_compares_from_an_empty_folder
     assert build.returncode == 0, build.stderr[-3000:]
     [wheel] = (tmp_path / "dist").glob("avalanche_color-*.whl")
 
-    # A fresh environment that reuses this one's dependencies (torch, Avalanche, ...) but not its avalanche_color.
+    # A fresh environment that reuses this one's dependencies (torch, Avalanche, ...) but not its avalanche_color:
+    # they are put on its path after the wheel is installed, so pip does not take this one's for it.
     environment = tmp_path / "env"
     venv.create(environment, with_pip=True)
     python = environment / "bin" / "python"
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-    (Path(purelib) / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     install = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", str(wheel)],
                              capture_output=True, text=True, timeout=300)
     assert install.returncode == 0, install.stderr[-3000:]
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    (Path(purelib) / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
 
     empty = tmp_path / "anywhere"
     empty.mkdir()

@@ -21,7 +21,8 @@ from dataclasses import MISSING, dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from avalanche_color.runner.config import RunConfig, RunConfigError, flag_value, optional, path, setting, text
+from avalanche_color.runner.config import (DEFAULT_OUT, RunConfig, RunConfigError, flag_value, optional, path, setting,
+                                           text)
 
 PROGRAM = "avalanche-color"
 DEBUG_ENV = "AVALANCHE_COLOR_DEBUG"
@@ -32,7 +33,7 @@ class CommandLine:
     """The command line's own settings: where the output goes, and how errors show."""
 
     name: Optional[str] = setting(None, "the output folder's name (default: the benchmark)", optional(text))
-    out_dir: Path = setting(Path("runs"), "the folder the output folder goes in", path)
+    out_dir: Path = setting(DEFAULT_OUT, "the folder the output folder goes in", path)
     debug: bool = setting(False, f"show the traceback of an error (also: {DEBUG_ENV}=1)", flag_value)
 
     def __post_init__(self) -> None:
