@@ -69,7 +69,10 @@ _EXPORTS: dict[str, str] = {
     "RoutingOptions": "avalanche_color.config",
     "SPrompts": "avalanche_color.peers.s_prompts.strategy",
     "SPromptsConfig": "avalanche_color.config",
+    "SavedModelError": "avalanche_color.experts.integrity",
     "WandBLogger": "avalanche_color.evaluation.wandb_logger",
+    "backbone_data_config": "avalanche_color.backbones.preprocessing",
+    "backbone_transform": "avalanche_color.backbones.preprocessing",
     "fit_class_prototypes": "avalanche_color.routing.prototypes",
     "fit_prototypes": "avalanche_color.routing.prototypes",
     "read_checkpoint": "avalanche_color.training.checkpoint",
@@ -86,7 +89,52 @@ _EXPORTS: dict[str, str] = {
     "write_atomically": "avalanche_color.utils.files",
 }
 
-__all__ = sorted(_EXPORTS)
+# Written out (not sorted(_EXPORTS)) so that tools reading the source see it; tests check they agree.
+__all__ = [
+    "CheckpointError",
+    "CheckpointPlugin",
+    "CoLoR",
+    "CoLoRConfig",
+    "DataChecksPlugin",
+    "ExpertHead",
+    "ExpertViT",
+    "L2P",
+    "L2PConfig",
+    "L2PModelOptions",
+    "L2PViT",
+    "LoRAExpertsPlugin",
+    "LoRAOptions",
+    "PerExperienceCosine",
+    "PromptExpertViT",
+    "PromptOptions",
+    "PromptPool",
+    "PrototypeOptions",
+    "PrototypeRouter",
+    "PrototypeRouterPlugin",
+    "QKVExperts",
+    "QVLoRA",
+    "RandomFeatureRidge",
+    "RoutedExpertViT",
+    "RoutedExpertsTemplate",
+    "RoutingAccuracy",
+    "RoutingOptions",
+    "SPrompts",
+    "SPromptsConfig",
+    "SavedModelError",
+    "WandBLogger",
+    "backbone_data_config",
+    "backbone_transform",
+    "data_loader",
+    "experience_classes",
+    "fit_class_prototypes",
+    "fit_prototypes",
+    "loader_options",
+    "read_checkpoint",
+    "routing_accuracy_metrics",
+    "tensors_digest",
+    "train_stream",
+    "write_atomically",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -103,6 +151,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what editors and type checkers see: the same names, imported eagerly
+    from avalanche_color.backbones.preprocessing import backbone_data_config, backbone_transform
     from avalanche_color.color.model import ExpertViT
     from avalanche_color.color.plugins import LoRAExpertsPlugin
     from avalanche_color.color.strategy import CoLoR
@@ -111,6 +160,7 @@ if TYPE_CHECKING:  # what editors and type checkers see: the same names, importe
     from avalanche_color.evaluation.routing_accuracy import RoutingAccuracy, routing_accuracy_metrics
     from avalanche_color.evaluation.wandb_logger import WandBLogger
     from avalanche_color.experts.heads import ExpertHead
+    from avalanche_color.experts.integrity import SavedModelError
     from avalanche_color.experts.routed_vit import RoutedExpertViT
     from avalanche_color.lora.qv_experts import QKVExperts, QVLoRA
     from avalanche_color.peers.l2p.model import L2PViT

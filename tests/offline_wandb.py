@@ -89,3 +89,24 @@ def summary(path: Path) -> dict:
         if record.WhichOneof("record_type") == "summary":
             values.update({item.key: json.loads(item.value_json) for item in record.summary.update})
     return values
+
+
+def run_config(path: Path) -> dict:
+    """The run's config, as every config record left it."""
+    values: dict = {}
+    for record in leveldb_records(path):
+        kind = record.WhichOneof("record_type")
+        updates = record.run.config.update if kind == "run" else record.config.update if kind == "config" else ()
+        values.update({item.key: json.loads(item.value_json) for item in updates})  # wandb.init's, then later ones
+    return values
+
+
+def logged_file(run_file: Path, row: dict, key: str) -> Path:
+    """The media file (a table's JSON, an image) logged as ``key`` in a history row."""
+    return run_file.parent / "files" / row[f"{key}/path"]
+
+
+def logged_table(run_file: Path, row: dict, key: str) -> list[dict]:
+    """A ``wandb.Table`` logged as ``key`` in a history row, as one dict per table row."""
+    table = json.loads(logged_file(run_file, row, key).read_text())
+    return [dict(zip(table["columns"], data)) for data in table["data"]]

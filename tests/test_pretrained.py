@@ -127,3 +127,105 @@ def test_saving_again_replaces_an_earlier_save_and_refuses_a_folder_with_other_f
     with pytest.raises(ValueError, match=r"holds other files \(readme.txt\)"):
         model.save_pretrained(tmp_path / "notes")
     assert (tmp_path / "notes" / "readme.txt").read_text() == "mine"
+
+
+# ---------------------------------------------------------------------- verified loading
+
+
+@pytest.fixture
+def copy_of(trained, tmp_path):
+    """A fresh copy of the saved folder, to damage."""
+    import shutil
+
+    _, folder, _ = trained
+    return shutil.copytree(folder, tmp_path / "copy")
+
+
+def test_the_config_records_each_tensor_files_size_and_sha256(trained):
+    import hashlib
+
+    _, folder, _ = trained
+    data = (folder / "experts.safetensors").read_bytes()
+    recorded = json.loads((folder / "config.json").read_text())["files"]
+    assert recorded == {"experts.safetensors": {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}}
+
+
+def test_bytes_changed_inside_the_weights_are_refused_naming_the_file_and_digests(copy_of):
+    from avalanche_color import SavedModelError
+
+    weights = copy_of / "experts.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-200:-150] = b"\xff" * 50  # 50 bytes of a tensor: still a valid safetensors file, with NaNs in it
+    weights.write_bytes(bytes(data))
+    with pytest.raises(SavedModelError, match=r"copy: experts.safetensors is not the file saved with this "
+                                              r"config.json: SHA-256 [0-9a-f]{16}\.\.\., recorded [0-9a-f]{16}"):
+        ExpertViT.from_pretrained(copy_of, tiny_vit())
+
+
+def test_a_truncated_weights_file_is_refused_naming_its_size_and_the_recorded_one(copy_of):
+    from avalanche_color import SavedModelError
+
+    weights = copy_of / "experts.safetensors"
+    size = weights.stat().st_size
+    weights.write_bytes(weights.read_bytes()[:1000])
+    with pytest.raises(SavedModelError, match=rf"copy: experts.safetensors is 1000 bytes, config.json records "
+                                              rf"{size} \(truncated, or another file\)"):
+        ExpertViT.from_pretrained(copy_of, tiny_vit())
+
+
+def test_another_saves_weights_file_is_refused(copy_of, tmp_path):
+    from avalanche_color import SavedModelError
+
+    other = tiny_color(**UNSATURATED)
+    train_all(other, class_stream(num_experiences=3, seed=1))
+    other_folder = other.model.save_pretrained(tmp_path / "other")
+    foreign = (other_folder / "experts.safetensors").read_bytes()
+    assert len(foreign) == (copy_of / "experts.safetensors").stat().st_size  # same size: only the digest tells
+    (copy_of / "experts.safetensors").write_bytes(foreign)
+    with pytest.raises(SavedModelError, match="not the file saved with this config.json.*another save's file"):
+        ExpertViT.from_pretrained(copy_of, tiny_vit())
+
+
+def test_a_truncated_config_is_refused_naming_the_folder(copy_of):
+    from avalanche_color import SavedModelError
+
+    config = copy_of / "config.json"
+    config.write_text(config.read_text()[:100])
+    with pytest.raises(SavedModelError, match=r"copy: config.json is not valid JSON \(truncated or damaged\?\)"):
+        ExpertViT.from_pretrained(copy_of, tiny_vit())
+    config.write_text(json.dumps({"format": "avalanche_color.pretrained", "model": "ExpertViT"}))
+    with pytest.raises(SavedModelError, match="config.json lacks options, backbone, model_extras"):
+        ExpertViT.from_pretrained(copy_of, tiny_vit())
+
+
+def test_a_folder_saved_before_digests_loads_with_a_warning(trained, copy_of):
+    from avalanche_color import SavedModelError
+
+    model, _, images = trained
+    config = json.loads((copy_of / "config.json").read_text())
+    del config["files"]
+    (copy_of / "config.json").write_text(json.dumps(config))
+    with pytest.warns(UserWarning, match=r"copy was saved without file digests .*: experts.safetensors cannot be "
+                                         r"verified; save the model again") as warned:
+        loaded = ExpertViT.from_pretrained(copy_of, tiny_vit())
+    assert warned[0].filename == __file__  # points at the caller's line
+    assert torch.equal(loaded(images), model(images))
+    weights = copy_of / "experts.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-10])  # unverifiable, but an unreadable file is still named
+    with pytest.warns(UserWarning), pytest.raises(SavedModelError, match=r"copy: experts.safetensors is not a "
+                                                                         r"readable safetensors file: Error while"):
+        ExpertViT.from_pretrained(copy_of, tiny_vit())
+
+
+def test_saved_files_have_the_users_usual_permissions(trained, tmp_path):
+    import os
+
+    model, _, _ = trained
+    previous = os.umask(0o027)
+    try:
+        folder = model.save_pretrained(tmp_path / "shared")
+    finally:
+        os.umask(previous)
+    assert oct(folder.stat().st_mode & 0o777) == oct(0o750)
+    assert {p.name: oct(p.stat().st_mode & 0o777) for p in folder.iterdir()} == {
+        "config.json": oct(0o640), "experts.safetensors": oct(0o640)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING, Literal, Optional
 
 import torch
@@ -13,16 +14,23 @@ if TYPE_CHECKING:
 
 
 class RoutedShare(Metric[Optional[float]]):
-    """Share of samples routed to their own expert; ``None`` before any sample."""
+    """Share of samples routed to their own expert; ``None`` before any sample.
+
+    It also counts the samples each expert answered (:attr:`experts`).
+    """
 
     def __init__(self) -> None:
         self.correct = 0
         self.total = 0
+        self.experts: Counter[int] = Counter()
 
-    def update(self, correct: torch.Tensor) -> None:
-        """Count a batch: ``correct`` says per sample whether it went to an expert of its own experience."""
+    def update(self, correct: torch.Tensor, experts: Optional[torch.Tensor] = None) -> None:
+        """Count a batch: ``correct`` says per sample whether it went to an expert of its own experience,
+        ``experts`` (if given) which expert each sample went to."""
         self.correct += int(correct.sum())
         self.total += correct.numel()
+        if experts is not None:
+            self.experts.update(experts.tolist())
 
     def result(self) -> Optional[float]:
         return self.correct / self.total if self.total else None
@@ -30,6 +38,7 @@ class RoutedShare(Metric[Optional[float]]):
     def reset(self) -> None:
         self.correct = 0
         self.total = 0
+        self.experts = Counter()
 
 
 class RoutingAccuracy(GenericPluginMetric[Optional[float], RoutedShare]):
@@ -39,7 +48,8 @@ class RoutingAccuracy(GenericPluginMetric[Optional[float], RoutedShare]):
     experience it comes from (train and test streams line up experience by
     experience). Experiences without an expert yet are left out, not counted
     as wrong. The experts are those the strategy's evaluation forward routed the
-    batch to (``strategy.mb_experts``, all ranks' under torchrun).
+    batch to (``strategy.mb_experts``, all ranks' under torchrun); :meth:`expert_counts` says how
+    many samples each answered since the last reset.
     """
 
     def __init__(self, reset_at: Literal["experience", "stream"], emit_at: Literal["experience", "stream"]):
@@ -53,7 +63,17 @@ class RoutingAccuracy(GenericPluginMetric[Optional[float], RoutedShare]):
             return
         experience = strategy.experience.current_experience
         if bool((model.expert_experiences == experience).any()):  # a revisited experience has several experts
-            self._metric.update(model.expert_experiences[routed.to(model.expert_experiences.device)] == experience)
+            routed = routed.to(model.expert_experiences.device)
+            self._metric.update(model.expert_experiences[routed] == experience, routed)
+
+    @property
+    def per_experience(self) -> bool:
+        """Whether it is reset and emitted per evaluation experience (else per stream)."""
+        return self._emit_at == "experience"
+
+    def expert_counts(self) -> dict[int, int]:
+        """Expert index -> the samples it answered, since the last reset."""
+        return dict(sorted(self._metric.experts.items()))
 
     def _package_result(self, strategy: "SupervisedTemplate") -> "MetricResult":
         if self.result() is None:

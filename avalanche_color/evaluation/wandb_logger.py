@@ -22,10 +22,15 @@ resumes the same run. Charts are recognised as ``wandb.plot.CustomChart`` /
 private ``_label`` call is dropped. Metrics go to the logger's own run, at Avalanche's
 step (``MetricValue.x_plot``, the strategy's training-iteration count), and
 :meth:`WandBLogger.close` finishes the run if the logger started it.
+
+Beyond Avalanche's logger, a run also holds the strategy's options in its config, the
+accuracy matrix (a table and a heatmap), forgetting, how test samples were routed, and a
+final results table; non-finite values are left out (see :class:`WandBLogger`).
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, List, Optional
 
 import numpy as np
@@ -33,6 +38,10 @@ from avalanche.evaluation.metric_results import AlternativeValues, TensorImage
 from avalanche.logging import WandBLogger as AvalancheWandBLogger
 from PIL.Image import Image
 from torch import Tensor
+
+from avalanche_color.evaluation.accuracy_matrix import AccuracyMatrix
+from avalanche_color.evaluation.heatmap import accuracy_heatmap
+from avalanche_color.evaluation.routing_accuracy import RoutingAccuracy
 
 if TYPE_CHECKING:
     from types import ModuleType, TracebackType
@@ -65,6 +74,37 @@ class WandBLogger(AvalancheWandBLogger):
     charts such as :class:`~avalanche.evaluation.metrics.WandBStreamConfusionMatrix`'s,
     each at the step Avalanche gives it. It works offline (``WANDB_MODE=offline``).
 
+    What it adds to the run:
+
+    - **config**: the strategy's options, read when training starts: every field of a package
+      strategy's ``strategy.config`` (``rank``, ``k``, ...), or an Avalanche strategy's batch
+      sizes and epochs, and ``strategy`` (its class name). Keys the run's config already has
+      (the logger's ``config=``, the caller's) keep their values.
+    - after each evaluation, per evaluation stream (``<stream>`` is e.g. ``test_stream``):
+      ``AccuracyMatrix/<stream>``, a table of accuracies by training experience done (rows)
+      and test experience (columns), and ``AccuracyHeatmap/<stream>``, the same as an image;
+      ``Forgetting_Exp/<stream>/ExpNNN`` (accuracy just after the experience's own training
+      minus accuracy now) and ``Forgetting_Stream/<stream>`` (their mean); with
+      :func:`~avalanche_color.evaluation.routing_accuracy.routing_accuracy_metrics`,
+      ``Routing/<stream>``, a table of which expert answered how many samples of each test
+      experience, with the experience the expert was trained on.
+    - ``Results/<stream>``: a table with one row per test experience (accuracy, forgetting,
+      routing accuracy, experts), after an evaluation once the stream's last training
+      experience is done, and at :meth:`close`.
+
+    The matrix needs the per-experience accuracies (``accuracy_metrics(experience=True)``);
+    an evaluation during training (Avalanche's ``eval_every``) fills the current row until a
+    later one replaces it. Tables and the heatmap are logged after evaluations outside
+    training and after each training experience, at the step of the last metric.
+
+    **Non-finite values are not logged.** A routed model gives ``-inf`` logits to the classes
+    its chosen expert does not have, so a sample routed to a wrong expert has an infinite
+    cross-entropy, and so do ``Loss_Exp`` and ``Loss_Stream`` in evaluation: the loss is
+    undefined there and W&B would keep ``Infinity`` in the summary. Such values (and NaNs) are
+    skipped; their names are listed in the summary as ``skipped_non_finite``. The training
+    loss, where the expert in training answers every sample, is finite and logged. The
+    logger prints nothing, so it never breaks a progress bar.
+
     Which run it logs to:
 
     - If no W&B run is active, the logger starts one with ``wandb.init`` and owns it:
@@ -73,22 +113,43 @@ class WandBLogger(AvalancheWandBLogger):
       run stays open until then; wandb finishes unfinished runs at interpreter exit.
     - If a run is already active (the caller's ``wandb.init``, a sweep agent's run), the
       logger logs into it and never finishes it; that run keeps its own project, name and
-      config, and the logger's are not applied. That includes a run an earlier logger
-      left open, so close loggers you are done with. Pass
-      ``params={"reinit": "create_new"}`` to start a separate run instead (owned by the
-      logger as above).
+      config, and the logger's are not applied (the strategy's options are added where the
+      run's config lacks them). That includes a run an earlier logger left open, so close
+      loggers you are done with. Pass ``params={"reinit": "create_new"}`` to start a
+      separate run instead (owned by the logger as above).
 
     The run is :attr:`run`; put end-of-run values in ``logger.run.summary`` before
     :meth:`close`.
     """
 
+    # Defaults for the state below: Avalanche's __init__ starts the run before a subclass could set them.
     _run: Optional["Run"] = None
     _owns_run: bool = False
+    _training: bool = False  # between before_training and after_training
+    _options_recorded: bool = False
+    _stream_length: Optional[int] = None  # of the training stream, to know its last experience
+    _matrix_changed: bool = False  # since the matrix was last logged
+    _results_logged: bool = True  # since the matrix last changed
+    _report_finished_for: Optional["Run"] = None
 
     @property
     def run(self) -> Optional["Run"]:
         """The W&B run this logger logs to."""
         return self._run
+
+    @property
+    def accuracy_matrix(self) -> AccuracyMatrix:
+        """The accuracies, forgetting and routing gathered so far (what the tables show)."""
+        if "_matrix" not in self.__dict__:
+            self._matrix = AccuracyMatrix()
+        return self._matrix
+
+    @property
+    def skipped_non_finite(self) -> set[str]:
+        """The names of the metrics whose infinite or NaN values were not logged."""
+        if "_skipped" not in self.__dict__:
+            self._skipped: set[str] = set()
+        return self._skipped
 
     def before_run(self) -> None:
         """Start the W&B run (or join the active one) and remember its id for resuming."""
@@ -103,12 +164,53 @@ class WandBLogger(AvalancheWandBLogger):
         self._owns_run = run is not active
         self.init_kwargs["id"] = run.id
 
+    def before_training(self, strategy: "SupervisedTemplate", metric_values: List["MetricValue"],
+                        **kwargs: Any) -> None:
+        """Put the strategy's options into the run's config (once; keys already there are kept)."""
+        self._training = True
+        if self._run is None or self._options_recorded:
+            return
+        options = {key: value for key, value in strategy_options(strategy).items() if key not in self._run.config}
+        self._run.config.update(options, allow_val_change=True)
+        self._options_recorded = True
+
+    def after_training(self, strategy: "SupervisedTemplate", metric_values: List["MetricValue"],
+                       **kwargs: Any) -> None:
+        self._training = False
+
+    def before_training_exp(self, strategy: "SupervisedTemplate", metric_values: List["MetricValue"],
+                            **kwargs: Any) -> None:
+        self._training = True  # also when train() was called before this logger saw before_training
+        self.accuracy_matrix.start_training(int(strategy.experience.current_experience))
+        stream = getattr(strategy.experience, "origin_stream", None)
+        self._stream_length = len(stream) if stream is not None else None
+
     def after_training_exp(
         self, strategy: "SupervisedTemplate", metric_values: List["MetricValue"], **kwargs: Any
     ) -> None:
         self.log_metrics(metric_values)
         self._log({"TrainingExperience": self.exp_count})
         self.exp_count += 1
+        self._log_matrix()  # rows an evaluation during training filled
+
+    def after_eval_exp(self, strategy: "SupervisedTemplate", metric_values: List["MetricValue"],
+                       **kwargs: Any) -> None:
+        """Record which experts answered this experience's samples (from the routing-accuracy metric)."""
+        experience = strategy.experience
+        for metric in getattr(strategy.evaluator, "metrics", ()):
+            counts = metric.expert_counts() if isinstance(metric, RoutingAccuracy) and metric.per_experience else {}
+            if counts:
+                trained_on = dict(enumerate(int(e) for e in strategy.model.expert_experiences.tolist()))
+                stream = f"{experience.origin_stream.name}_stream"  # as Avalanche's metric names say it
+                self.accuracy_matrix.observe_routing(stream, experience.current_experience, counts, trained_on)
+
+    def after_eval(self, strategy: "SupervisedTemplate", metric_values: List["MetricValue"], **kwargs: Any) -> None:
+        if self._training:
+            return  # a periodic evaluation; the row is logged after the training experience
+        self._log_matrix()
+        matrix = self.accuracy_matrix
+        if self._stream_length is not None and matrix.trained and matrix.trained[-1] == self._stream_length - 1:
+            self._log_results()
 
     def log_single_metric(self, name: str, value: Any, x_plot: int) -> None:
         self.step = x_plot
@@ -121,6 +223,11 @@ class WandBLogger(AvalancheWandBLogger):
         charts = _chart_types(self.wandb)
         if isinstance(value, AlternativeValues):
             value = value.best_supported_value(Image, Tensor, TensorImage, Figure, float, int, *charts)
+        if isinstance(value, float) and not math.isfinite(value):
+            self.skipped_non_finite.add(name)  # see the class docstring
+            return
+        if isinstance(value, (float, int)) and not isinstance(value, bool):
+            self._matrix_changed |= self.accuracy_matrix.observe(name, value)
         if isinstance(value, Image):
             self._log({name: self.wandb.Image(value)})
         elif isinstance(value, TensorImage):
@@ -133,7 +240,8 @@ class WandBLogger(AvalancheWandBLogger):
         # Anything else (strings, None, ...) is skipped, as by Avalanche's logger.
 
     def close(self) -> None:
-        """Finish the run if this logger started it (a no-op when it is already finished)."""
+        """Log the final results table, then finish the run if this logger started it."""
+        self._finish_report()
         if self._run is not None and self._owns_run:
             self._run.finish()
 
@@ -146,6 +254,8 @@ class WandBLogger(AvalancheWandBLogger):
         exc: Optional[BaseException],
         traceback: Optional["TracebackType"],
     ) -> None:
+        if exc is None:
+            self._finish_report()
         if self._run is not None and self._owns_run:
             self._run.finish(exit_code=0 if exc is None else 1)
 
@@ -153,12 +263,82 @@ class WandBLogger(AvalancheWandBLogger):
         state = super().__getstate__()
         state.pop("_run", None)
         state.pop("_owns_run", None)
+        state.pop("_report_finished_for", None)
         return state
+
+    def _log_matrix(self) -> None:
+        """The accuracy matrix (table and heatmap), forgetting and routing, if they changed since last logged."""
+        if not self._matrix_changed or self._run is None:
+            return
+        matrix = self.accuracy_matrix
+        values: dict[str, Any] = {}
+        rows = [f"exp {experience}" for experience in matrix.trained]
+        for stream in matrix.streams():
+            columns = [f"exp {column}" for column in matrix.columns(stream)]
+            cells = matrix.matrix(stream)
+            values[f"AccuracyMatrix/{stream}"] = self.wandb.Table(
+                columns=["after training", *columns], data=[[row, *cell] for row, cell in zip(rows, cells)])
+            figure = accuracy_heatmap(cells, rows, columns, title=f"accuracy on {stream}")
+            values[f"AccuracyHeatmap/{stream}"] = self.wandb.Image(figure)
+            forgetting = matrix.forgetting(stream)
+            values.update({f"Forgetting_Exp/{stream}/Exp{column:03d}": value for column, value in forgetting.items()})
+            if forgetting:
+                values[f"Forgetting_Stream/{stream}"] = sum(forgetting.values()) / len(forgetting)
+        for stream, routed in sorted(matrix.routing.items()):
+            data = [[experience, routing.accuracy, expert, routing.expert_experiences[expert], samples,
+                     samples / sum(routing.experts.values())]
+                    for experience, routing in sorted(routed.items()) for expert, samples in routing.experts.items()]
+            if data:
+                values[f"Routing/{stream}"] = self.wandb.Table(
+                    columns=["test experience", "routing accuracy", "expert", "expert's training experience",
+                             "samples", "share"], data=data)
+        self._log(values)
+        self._matrix_changed = False
+        self._results_logged = False
+
+    def _log_results(self) -> None:
+        """The final results table of every stream."""
+        matrix = self.accuracy_matrix
+        values = {}
+        for stream in matrix.streams():
+            rows = matrix.final_rows(stream)
+            if rows:
+                values[f"Results/{stream}"] = self.wandb.Table(columns=list(rows[0]),
+                                                               data=[list(row.values()) for row in rows])
+        if values:
+            self._log(values)
+        self._results_logged = True
+
+    def _finish_report(self) -> None:
+        if self._run is None or self._report_finished_for is self._run:
+            return  # nothing to log into, or done already (close() and then __exit__)
+        self._log_matrix()
+        if not self._results_logged:
+            self._log_results()
+        if self.skipped_non_finite:
+            self._run.summary["skipped_non_finite"] = sorted(self.skipped_non_finite)
+        self._report_finished_for = self._run
 
     def _log(self, values: dict) -> None:
         if self._run is None:
             raise RuntimeError("WandBLogger has no W&B run: before_run() did not complete")
         self._run.log(values, step=self.step)
+
+
+def strategy_options(strategy: Any) -> dict[str, Any]:
+    """What a run's config records of a strategy: its class name and options.
+
+    A package strategy's options are its ``config`` (every field); for another Avalanche
+    strategy, its batch sizes and epochs.
+    """
+    options: dict[str, Any] = {"strategy": type(strategy).__name__}
+    as_dict = getattr(getattr(strategy, "config", None), "as_dict", None)
+    if callable(as_dict):
+        options.update(as_dict())
+    else:
+        options.update({name: getattr(strategy, name) for name in ("train_mb_size", "train_epochs", "eval_mb_size")
+                        if isinstance(getattr(strategy, name, None), int)})
+    return options
 
 
 __all__ = ["WandBLogger"]

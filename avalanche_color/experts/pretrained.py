@@ -3,8 +3,10 @@
 The folder holds what :meth:`RoutedExpertViT.experts_state_dict` gives (experts, heads,
 prototypes, class-router state, class maps), never the backbone: ``config.json`` names the
 model class, its options, each expert's classes, the backbone's weights digest and the
-package version. Loading refuses a backbone with another digest, or options that change what
-the experts mean, naming every difference; a round trip predicts bit-identically.
+package version, and the size and SHA-256 of ``experts.safetensors``. Loading refuses a changed,
+truncated or foreign file (:mod:`~avalanche_color.experts.integrity`), a backbone with another
+digest, or options that change what the experts mean, naming every difference; a round trip
+predicts bit-identically.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ import typing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 
+from avalanche_color.experts.integrity import (file_record, load_tensors, read_saved_config, read_verified,
+                                               require_keys)
 from avalanche_color.experts.model_state import backbone_fingerprint, model_extras, restore_model_extras
 from avalanche_color.utils.files import PathLike, write_folder_atomically
 from avalanche_color.version import __version__
@@ -62,6 +66,7 @@ def save_pretrained(model: RoutedExpertViT, folder: PathLike) -> Path:
 
     def write(new: Path) -> None:
         save_file(tensors, str(new / WEIGHTS_FILE))
+        config["files"] = {WEIGHTS_FILE: file_record((new / WEIGHTS_FILE).read_bytes())}  # checked on loading
         (new / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
 
     return write_folder_atomically(folder, write, replaceable=(CONFIG_FILE, WEIGHTS_FILE))
@@ -78,9 +83,11 @@ def from_pretrained(model_class: type[Model], folder: PathLike, backbone: nn.Mod
     if not config_path.is_file() or not (folder / WEIGHTS_FILE).is_file():
         raise FileNotFoundError(f"{folder} is not a saved model: it needs {CONFIG_FILE} and {WEIGHTS_FILE} "
                                 f"(written by save_pretrained)")
-    saved = json.loads(config_path.read_text())
-    if not isinstance(saved, dict) or saved.get("format") != FORMAT:
+    saved = read_saved_config(folder, CONFIG_FILE)
+    if saved.get("format") != FORMAT:
         raise ValueError(f"{config_path} is not an avalanche_color saved model (format {FORMAT!r})")
+    require_keys(folder, CONFIG_FILE, saved, ("model", "options", "backbone", "model_extras"))
+    weights = read_verified(folder, WEIGHTS_FILE, saved.get("files"))
     if saved["model"] != model_class.__name__:  # its options would not even fit model_class
         raise ValueError(f"{folder} does not fit: model: saved {saved['model']}, loading as {model_class.__name__}")
     model = model_class(copy.deepcopy(backbone), **{**saved["options"], **options})
@@ -95,6 +102,6 @@ def from_pretrained(model_class: type[Model], folder: PathLike, backbone: nn.Mod
                         f"{saved['backbone']['digest'][:12]}, this backbone's {digest[:12]})")
     if problems:
         raise ValueError(f"{folder} does not fit: " + "; ".join(problems))
-    model.load_experts_state_dict(load_file(str(folder / WEIGHTS_FILE), device=str(model.device)))
+    model.load_experts_state_dict(load_tensors(folder, WEIGHTS_FILE, weights))
     restore_model_extras(model, saved["model_extras"])
     return model.eval()

@@ -40,9 +40,11 @@ def write_atomically(path: PathLike, data: bytes) -> None:
 def write_folder_atomically(folder: PathLike, write: Callable[[Path], None], *, replaceable: Collection[str]) -> Path:
     """Fill a new folder beside ``folder`` with ``write(new_folder)``, then rename it to ``folder``.
 
-    A failure anywhere leaves ``folder`` as it was (absent, or the previous complete one). An
-    existing ``folder`` is replaced only if it holds nothing but files named in ``replaceable``
-    (an earlier save); a folder holding anything else is refused with a ``ValueError``.
+    The folder and the files ``write`` puts in it get the permissions ``mkdir`` and ``open`` would
+    give them (the umask's). A failure anywhere leaves ``folder`` as it was (absent, or the
+    previous complete one). An existing ``folder`` is replaced only if it holds nothing but files
+    named in ``replaceable`` (an earlier save); a folder holding anything else is refused with a
+    ``ValueError``.
     """
     folder = Path(folder)
     if folder.exists():
@@ -55,11 +57,13 @@ def write_folder_atomically(folder: PathLike, write: Callable[[Path], None], *, 
     previous = None
     try:
         write(new)
-        for path in new.iterdir():
-            with open(path, "rb") as file:
-                os.fsync(file.fileno())
         umask = os.umask(0)
         os.umask(umask)
+        for path in new.iterdir():
+            # As open() would create them: some writers (safetensors' save_file) leave 0600 whatever the umask.
+            os.chmod(path, 0o666 & ~umask)
+            with open(path, "rb") as file:
+                os.fsync(file.fileno())
         os.chmod(new, 0o777 & ~umask)  # as mkdir would create it, not mkdtemp's 0700
         _fsync_folder(new)
         if folder.exists():

@@ -1,0 +1,82 @@
+"""A saved model folder checked before use: its ``config.json`` readable, its tensor files those it was saved with.
+
+``save_pretrained`` records each tensor file's size and SHA-256 in ``config.json`` (``"files"``);
+loading reads each file once, checks the size and then the digest of the bytes it read, and
+only then parses them, so a file changed in place, truncated, or taken from another save is
+refused, naming the file and what differs. Folders saved before the digests were recorded
+still load, with a warning that they cannot be verified.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import warnings
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import Any
+
+from safetensors import SafetensorError
+from safetensors.torch import load as load_safetensors
+from torch import Tensor
+
+
+class SavedModelError(ValueError):
+    """A saved model folder that cannot be read, or whose files are not those it was saved with."""
+
+
+def file_record(data: bytes) -> dict[str, Any]:
+    """What ``config.json`` records of a file: its SHA-256 (hex) and size in bytes."""
+    return {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+
+
+def read_saved_config(folder: Path, name: str) -> dict[str, Any]:
+    """``folder/name`` as a JSON object; a ``SavedModelError`` naming it otherwise."""
+    try:
+        saved = json.loads((folder / name).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise SavedModelError(f"{folder}: {name} is not valid JSON (truncated or damaged?): {error}") from None
+    if not isinstance(saved, dict):
+        raise SavedModelError(f"{folder}: {name} holds a JSON {type(saved).__name__}, not an object")
+    return saved
+
+
+def require_keys(folder: Path, name: str, saved: Mapping[str, Any], keys: Collection[str]) -> None:
+    """A ``SavedModelError`` naming the ``keys`` that ``saved`` (read from ``folder/name``) lacks."""
+    missing = [key for key in keys if key not in saved]
+    if missing:
+        raise SavedModelError(f"{folder}: {name} lacks {', '.join(missing)} (damaged, or not written by "
+                              f"save_pretrained)")
+
+
+def read_verified(folder: Path, name: str, records: Any) -> bytes:
+    """The bytes of ``folder/name``, once their size and SHA-256 match ``records[name]`` (``config.json``'s).
+
+    ``records`` None (a folder saved before digests were recorded): the bytes, with a warning.
+    """
+    data = (folder / name).read_bytes()
+    if records is None:
+        warnings.warn(f"{folder} was saved without file digests (by an earlier avalanche_color): {name} cannot be "
+                      f"verified; save the model again to record them", UserWarning, stacklevel=4)
+        return data
+    record = records.get(name) if isinstance(records, Mapping) else None
+    if not isinstance(record, Mapping) or not isinstance(record.get("size"), int) \
+            or not isinstance(record.get("sha256"), str):
+        raise SavedModelError(f"{folder}: config.json records no size and SHA-256 for {name} (damaged?)")
+    if len(data) != record["size"]:
+        raise SavedModelError(f"{folder}: {name} is {len(data)} bytes, config.json records {record['size']} "
+                              f"(truncated, or another file)")
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != record["sha256"]:
+        raise SavedModelError(f"{folder}: {name} is not the file saved with this config.json: SHA-256 "
+                              f"{digest[:16]}..., recorded {record['sha256'][:16]}... (changed since it was saved, "
+                              f"or another save's file)")
+    return data
+
+
+def load_tensors(folder: Path, name: str, data: bytes) -> dict[str, Tensor]:
+    """The tensors of a safetensors file's bytes (on the CPU); a ``SavedModelError`` naming it if unreadable."""
+    try:
+        return load_safetensors(data)
+    except SafetensorError as error:
+        raise SavedModelError(f"{folder}: {name} is not a readable safetensors file: {error}") from None
