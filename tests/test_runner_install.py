@@ -14,6 +14,8 @@ REPOSITORY = Path(__file__).parents[1]
 
 
 def test_the_wheel_installs_a_console_command_that_compares_from_an_empty_folder(tmp_path):
+    # Without PYTHONPATH: a source folder on it (with its .egg-info) would pass for an installed avalanche-color.
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", str(REPOSITORY), "--no-deps", "--no-build-isolation",
                             "-w", str(tmp_path / "dist")], capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stderr[-3000:]
@@ -25,15 +27,14 @@ def test_the_wheel_installs_a_console_command_that_compares_from_an_empty_folder
     venv.create(environment, with_pip=True)
     python = environment / "bin" / "python"
     install = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", str(wheel)],
-                             capture_output=True, text=True, timeout=300)
-    assert install.returncode == 0, install.stderr[-3000:]
+                             capture_output=True, text=True, timeout=300, env=env)
+    assert install.returncode == 0 and (environment / "bin" / "avalanche-color").exists(), install.stdout[-3000:]
     purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+                             capture_output=True, text=True, check=True, env=env).stdout.strip()
     (Path(purelib) / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
 
     empty = tmp_path / "anywhere"
     empty.mkdir()
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     run = subprocess.run([str(environment / "bin" / "avalanche-color"), "compare", "--benchmark", "digits_class",
                           "--methods", "CoLoR", "Naive", "--epochs", "1", "--loggers"],
                          cwd=empty, capture_output=True, text=True, timeout=600, env={**env, "OMP_NUM_THREADS": "1"})
