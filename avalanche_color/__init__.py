@@ -15,7 +15,8 @@ Where each part of the method lives:
 * ``training/``: the training template shared by CoLoR and S-Prompts, the plugin that fits the
   routers, checkpoint/resume, data checks, torchrun.
 * ``color/``: CoLoR itself: :class:`ExpertViT`, :class:`CoLoR`, :class:`LoRAExpertsPlugin`.
-* ``peers/``: the prompt-based peers, S-Prompts and L2P.
+* ``peers/``: the prompt-based peers, S-Prompts and L2P, and the LoRA peers that adapt one shared
+  ViT and route nothing, SD-LoRA and InfLoRA.
 * ``evaluation/``: the routing-accuracy metric and the W&B logger.
 * ``backbones/``: two small pretrained ViTs for offline use (:func:`~avalanche_color.backbones.offline_backbone`).
 * ``utils/``: atomic files, random-generator states, digests, what an Avalanche experience says.
@@ -49,6 +50,9 @@ _EXPORTS: dict[str, str] = {
     "DataChecksPlugin": "avalanche_color.training.data_checks",
     "ExpertHead": "avalanche_color.experts.heads",
     "ExpertViT": "avalanche_color.color.model",
+    "InfLoRA": "avalanche_color.peers.inf_lora.strategy",
+    "InfLoRAConfig": "avalanche_color.peers.inf_lora.config",
+    "InfLoRAViT": "avalanche_color.peers.inf_lora.model",
     "L2P": "avalanche_color.peers.l2p.strategy",
     "L2PConfig": "avalanche_color.config",
     "L2PModelOptions": "avalanche_color.config",
@@ -68,6 +72,9 @@ _EXPORTS: dict[str, str] = {
     "RoutingAccuracy": "avalanche_color.evaluation.routing_accuracy",
     "RoutingOptions": "avalanche_color.config",
     "SPrompts": "avalanche_color.peers.s_prompts.strategy",
+    "SDLoRA": "avalanche_color.peers.sd_lora.strategy",
+    "SDLoRAConfig": "avalanche_color.peers.sd_lora.config",
+    "SDLoRAViT": "avalanche_color.peers.sd_lora.model",
     "SPromptsConfig": "avalanche_color.config",
     "SavedModelError": "avalanche_color.experts.integrity",
     "WandBLogger": "avalanche_color.evaluation.wandb_logger",
@@ -98,6 +105,9 @@ __all__ = [
     "DataChecksPlugin",
     "ExpertHead",
     "ExpertViT",
+    "InfLoRA",
+    "InfLoRAConfig",
+    "InfLoRAViT",
     "L2P",
     "L2PConfig",
     "L2PModelOptions",
@@ -118,6 +128,9 @@ __all__ = [
     "RoutedExpertsTemplate",
     "RoutingAccuracy",
     "RoutingOptions",
+    "SDLoRA",
+    "SDLoRAConfig",
+    "SDLoRAViT",
     "SPrompts",
     "SPromptsConfig",
     "SavedModelError",
@@ -163,11 +176,17 @@ if TYPE_CHECKING:  # what editors and type checkers see: the same names, importe
     from avalanche_color.experts.integrity import SavedModelError
     from avalanche_color.experts.routed_vit import RoutedExpertViT
     from avalanche_color.lora.qv_experts import QKVExperts, QVLoRA
+    from avalanche_color.peers.inf_lora.config import InfLoRAConfig
+    from avalanche_color.peers.inf_lora.model import InfLoRAViT
+    from avalanche_color.peers.inf_lora.strategy import InfLoRA
     from avalanche_color.peers.l2p.model import L2PViT
     from avalanche_color.peers.l2p.prompt_pool import PromptPool
     from avalanche_color.peers.l2p.strategy import L2P
     from avalanche_color.peers.s_prompts.model import PromptExpertViT
     from avalanche_color.peers.s_prompts.strategy import SPrompts
+    from avalanche_color.peers.sd_lora.config import SDLoRAConfig
+    from avalanche_color.peers.sd_lora.model import SDLoRAViT
+    from avalanche_color.peers.sd_lora.strategy import SDLoRA
     from avalanche_color.routing.prototypes import fit_class_prototypes, fit_prototypes
     from avalanche_color.routing.router import PrototypeRouter
     from avalanche_color.training.checkpoint import CheckpointError, read_checkpoint

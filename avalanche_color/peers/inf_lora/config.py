@@ -1,0 +1,59 @@
+"""InfLoRA's options, declared and checked once (:class:`InfLoRAConfig`).
+
+Defaults are the official code's Split CIFAR-100 run (liangyanshuo/InfLoRA,
+``configs/cifar100_inflora.json`` with ``methods/inflora.py``): rank 10, Adam (betas 0.9,
+0.999) at lr 5e-4, no weight decay, a cosine schedule, batch 128, 20 epochs, and the
+DualGPM threshold rising from ``lamb`` 0.95 to ``lame`` 1.0 over the stream's tasks
+(ImageNet-R: 0.98, 50 epochs; DomainNet: rank 30, SGD lr 0.005, 5 epochs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+from avalanche_color.config import (LoaderOptions, check_bool, check_int, check_non_negative, check_positive,
+                                    check_positive_int, one_of, option, optional)
+
+Optimizer = Literal["sgd", "adam"]
+Schedule = Literal["constant", "cosine"]
+
+
+def check_fraction(name: str, value: object) -> None:
+    """Refuse anything but a number in (0, 1]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ValueError(f"{name} must be a number in (0, 1], got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class InfLoRAConfig(LoaderOptions):
+    """Every option of :class:`~avalanche_color.InfLoRA` (see its docstring for each one's meaning)."""
+
+    rank: int = option(10, check_positive_int, expert_setting=True)
+    threshold: float = option(0.95, check_fraction, expert_setting=True)
+    final_threshold: float = option(1.0, check_fraction, expert_setting=True)
+    num_experiences: Optional[int] = option(None, optional(check_positive_int), expert_setting=True)
+    optimizer: Optimizer = option("adam", one_of(("sgd", "adam")))
+    lr: float = option(5e-4, check_positive)
+    momentum: float = option(0.9, check_non_negative)
+    weight_decay: float = option(0.0, check_non_negative)
+    lr_schedule: Schedule = option("cosine", one_of(("constant", "cosine")))
+    train_mb_size: int = option(128, check_positive_int)
+    train_epochs: int = option(20, check_positive_int)
+    eval_mb_size: int = option(128, check_positive_int)
+    eval_every: int = option(-1, check_int)
+    check_data: bool = option(True, check_bool)
+    init_seed: int = option(0, check_int)
+
+    def _check_together(self) -> None:
+        super()._check_together()
+        if self.final_threshold < self.threshold:
+            raise ValueError(f"final_threshold must be at least threshold={self.threshold}, "
+                             f"got final_threshold={self.final_threshold}")
+
+    def threshold_at(self, task: int) -> float:
+        """epsilon for the ``task``-th experience (0-based): the code's ``lamb + (lame - lamb) t / T``."""
+        if self.num_experiences is None:
+            return self.threshold
+        progress = min(task, self.num_experiences) / self.num_experiences
+        return self.threshold + (self.final_threshold - self.threshold) * progress

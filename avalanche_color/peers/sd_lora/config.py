@@ -1,0 +1,47 @@
+"""SD-LoRA's options, declared and checked once (:class:`SDLoRAConfig`).
+
+Defaults are the official code's Split CIFAR-100 run (WuYichen-97/SD-Lora-CL,
+``exps/sdlora_c100.json`` with ``models/sdlora.py``): rank 10, SGD with momentum 0.9 at lr
+0.008 and no weight decay (``_train`` builds this optimiser whatever the json's ``optimizer``
+says; its MultiStepLR milestones lie past the 20 epochs, so the rate is constant),
+batch 128, 20 epochs; magnitudes start at 0.8 (``backbone/lora.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+from avalanche_color.config import (LoaderOptions, check_bool, check_int, check_non_negative, check_positive,
+                                    check_positive_int, each, one_of, option, optional)
+
+Optimizer = Literal["sgd", "adam"]
+Schedule = Literal["constant", "cosine"]
+DirectionNorm = Literal["product", "factors"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SDLoRAConfig(LoaderOptions):
+    """Every option of :class:`~avalanche_color.SDLoRA` (see its docstring for each one's meaning)."""
+
+    rank: int = option(10, check_positive_int, expert_setting=True)
+    rank_schedule: Optional[tuple[int, ...]] = option(None, optional(each(check_positive_int)), expert_setting=True)
+    magnitude_init: float = option(0.8, check_positive)
+    direction_norm: DirectionNorm = option("product", one_of(("product", "factors")), expert_setting=True)
+    optimizer: Optimizer = option("sgd", one_of(("sgd", "adam")))
+    lr: float = option(8e-3, check_positive)
+    momentum: float = option(0.9, check_non_negative)
+    weight_decay: float = option(0.0, check_non_negative)
+    lr_schedule: Schedule = option("constant", one_of(("constant", "cosine")))
+    train_mb_size: int = option(128, check_positive_int)
+    train_epochs: int = option(20, check_positive_int)
+    eval_mb_size: int = option(128, check_positive_int)
+    eval_every: int = option(-1, check_int)
+    check_data: bool = option(True, check_bool)
+    init_seed: int = option(0, check_int)
+
+    def rank_of(self, experience: int) -> int:
+        """The rank of the component of the ``experience``-th component (SD-LoRA-RR with a schedule)."""
+        if self.rank_schedule is None:
+            return self.rank
+        return self.rank_schedule[min(experience, len(self.rank_schedule) - 1)]

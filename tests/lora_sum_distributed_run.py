@@ -1,0 +1,34 @@
+"""One rank of the 2-process SD-LoRA / InfLoRA test (launched by torchrun from lora_sum_torchrun.py).
+
+Usage: torchrun --standalone --nproc_per_node=2 tests/lora_sum_distributed_run.py OUT_DIR METHOD TRAIN_MB_SIZE
+Writes OUT_DIR/rank{RANK}.pt: the learned state, the stream accuracy and the labels the metrics saw.
+"""
+
+import sys
+from pathlib import Path
+
+import torch
+
+torch.set_num_threads(1)
+
+from avalanche.distributed import DistributedHelper  # noqa: E402
+
+from avalanche_color import InfLoRA, SDLoRA  # noqa: E402
+from lora_sum_torchrun import SeenLabels, distributed_run  # noqa: E402
+
+STRATEGIES = {"SDLoRA": SDLoRA, "InfLoRA": InfLoRA}
+
+
+def main(out: Path, method: str, train_mb_size: int) -> None:
+    DistributedHelper.init_distributed(0, backend="gloo", use_cuda=False)
+    seen = SeenLabels()
+    strategy, accuracy = distributed_run(STRATEGIES[method], train_mb_size, plugins=[seen])
+    torch.save({"world_size": DistributedHelper.world_size, "accuracy": accuracy,
+                "state": {k: v.cpu() for k, v in strategy.model.experts_state_dict().items()},
+                "seen_labels": {exp: torch.cat(batches) for exp, batches in seen.labels.items()}},
+               out / f"rank{DistributedHelper.rank}.pt")
+    torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]))

@@ -1,0 +1,153 @@
+"""InfLoRA: branches designed outside earlier tasks' inputs, and the package's conventions (tiny ViTs, CPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import drop_in_cases
+from avalanche_color import InfLoRA, InfLoRAConfig, InfLoRAViT
+from avalanche_color.peers.inf_lora.subspace import ProtectedSubspace, input_covariances
+from lora_sum_cases import (check_bad_options_are_refused, check_dtype, check_loader_options_reach_every_loader,
+                            check_online_stream_with_task_boundaries,
+                            check_positional_model_warns_as_avalanche, check_pretrained_round_trip,
+                            check_resume_equals_uninterrupted, check_signature_agrees_with_config,
+                            drop_in_accuracy, tiny, trained_counts)
+from lora_sum_torchrun import check_two_ranks_equal_one_process
+from streams import class_stream
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_signature_agrees_with_config():
+    check_signature_agrees_with_config(InfLoRA, InfLoRAConfig)
+
+
+def test_bad_options_are_refused_by_name():
+    check_bad_options_are_refused(InfLoRA)
+    with pytest.raises(ValueError, match=r"threshold must be a number in \(0, 1\], got 1.5"):
+        InfLoRA(model=torch.nn.Identity(), threshold=1.5)
+    with pytest.raises(ValueError, match="final_threshold must be at least threshold=0.95, got final_threshold=0.9"):
+        InfLoRA(model=torch.nn.Identity(), final_threshold=0.9)
+
+
+def test_threshold_rises_as_the_codes_lamb_to_lame():
+    config = InfLoRAConfig(threshold=0.95, final_threshold=1.0, num_experiences=10)
+    assert [config.threshold_at(t) for t in (0, 5, 10)] == pytest.approx([0.95, 0.975, 1.0])
+    assert InfLoRAConfig(threshold=0.9).threshold_at(7) == 0.9
+
+
+def covariance(model: InfLoRAViT, experience, layer: int) -> torch.Tensor:
+    images = torch.stack([sample[0] for sample in experience.dataset])
+    with torch.no_grad(), input_covariances(model.layers) as sums:
+        model.features(images)
+    return sums[layer].mean()
+
+
+@pytest.mark.parametrize("layer", [0, 1])
+def test_a_later_branch_leaves_the_layer_output_unchanged_on_protected_inputs(layer):
+    strategy = tiny(InfLoRA, threshold=0.9)
+    stream = class_stream(num_experiences=3, per_class=8).train_stream
+    qkv = strategy.model.layers[layer]
+    for task, experience in enumerate(stream):
+        protected = strategy.model.subspaces[layer].protected_basis().clone()  # for the earlier tasks
+        strategy.train(experience)
+        if task == 0:
+            assert protected.shape[1] == 0
+            continue
+        assert 0 < protected.shape[1] < qkv.in_features
+        x = (protected @ torch.randn(protected.shape[1], 50, dtype=torch.float64)).T.float()  # protected inputs
+        other = torch.randn(50, qkv.in_features)
+        update = qkv.delta_weight(task)  # (2, d, d): the branch's k and v updates
+        assert float(update.abs().max()) > 0  # the branch learned something
+        changed = torch.linalg.matrix_norm(other @ update.transpose(1, 2))
+        unchanged = torch.linalg.matrix_norm(x @ update.transpose(1, 2))
+        assert bool((unchanged <= 1e-5 * changed).all()), (unchanged, changed)
+
+
+def test_the_protected_subspace_keeps_the_threshold_of_each_later_task_inputs():
+    threshold = 0.9
+    strategy = tiny(InfLoRA, threshold=threshold)
+    stream = class_stream(num_experiences=3, per_class=8).train_stream
+    for task, experience in enumerate(stream):
+        strategy.train(experience)
+        subspace = strategy.model.subspaces[0]
+        basis = subspace.protected_basis()
+        R = covariance(strategy.model, experience, 0).double()
+        kept = torch.linalg.matrix_norm(basis @ (basis.T @ R)) ** 2 / torch.linalg.matrix_norm(R) ** 2
+        if task == 0:  # the code's first-task rule: the directions whose cumulative share stays below epsilon
+            assert 0 < float(kept) < threshold + 1e-9
+        else:  # later tasks add directions until the protected share reaches epsilon (DualGPM, Eq-9)
+            assert float(kept) >= threshold - 1e-6
+
+
+def test_dualgpm_switches_to_the_complement_past_half_the_width():
+    subspace = ProtectedSubspace(8)
+    generator = torch.Generator().manual_seed(0)
+    X = torch.randn(8, 100, generator=generator, dtype=torch.float64)
+    subspace.update(X @ X.T / 100, threshold=0.99)  # nearly isotropic inputs: most directions kept
+    assert bool(subspace.retain) and subspace.basis.shape[1] < 4
+    protected = subspace.protected_basis()
+    torch.testing.assert_close(protected.T @ subspace.basis, torch.zeros(protected.shape[1], subspace.basis.shape[1],
+                                                                         dtype=torch.float64))
+    torch.testing.assert_close(subspace.free_projector() @ protected, torch.zeros_like(protected))
+
+
+def test_trainable_parameters_per_experience_equal_the_formula():
+    # Experience t (0-based), depth L, width d, rank r, classes seen C_t: B of k and v in every block,
+    # 2 L d r (A_t is designed, not trained); the head (d + 1) C_t.
+    depth, d, rank, classes = 2, 32, 3, 2
+    counts = trained_counts(InfLoRA, rank=rank)
+    assert counts == [2 * depth * d * rank + (d + 1) * classes * (t + 1) for t in range(3)]
+
+
+def test_resume_after_a_crash_mid_experience_equals_the_uninterrupted_run(tmp_path):
+    check_resume_equals_uninterrupted(InfLoRA, tmp_path)
+
+
+def test_save_pretrained_from_pretrained_predicts_identically(tmp_path):
+    check_pretrained_round_trip(InfLoRA, InfLoRAViT, tmp_path)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
+def test_backbone_dtype(dtype, tmp_path):
+    check_dtype(InfLoRA, dtype, tmp_path)
+
+
+@pytest.mark.parametrize("stream", list(drop_in_cases.STREAMS))
+def test_learns_every_stream_naive_runs(stream, tmp_path):
+    assert drop_in_accuracy(InfLoRA, stream, tmp_path) > drop_in_cases.LEARNED
+
+
+@pytest.mark.slow
+def test_two_processes_under_torchrun_equal_one_process(tmp_path):
+    check_two_ranks_equal_one_process(InfLoRA, tmp_path)
+
+
+def test_online_stream_with_task_boundaries_trains_one_component_per_experience(tmp_path):
+    check_online_stream_with_task_boundaries(InfLoRA, tmp_path)
+
+
+def test_the_model_given_positionally_warns_as_in_avalanche():
+    check_positional_model_warns_as_avalanche(InfLoRA, InfLoRAViT)
+
+
+def test_frozen_branches_folded_into_the_weight_compute_what_the_low_rank_path_computes():
+    from avalanche_color.peers.lora_sum_layer import LoRASumQKV
+
+    torch.manual_seed(0)
+    layer = LoRASumQKV(torch.nn.Linear(16, 48), ("k", "v"))
+    for _ in range(3):
+        torch.nn.init.normal_(layer.add_component(2).B)
+    x = torch.randn(4, 5, 16)
+    low_rank = layer(x)  # every branch requires gradients: each runs down and up
+    base = layer.base_layer(x)
+    layer.components.requires_grad_(False)
+    merged = layer(x)  # all frozen: one matmul with W + sum B A
+    torch.testing.assert_close(merged, low_rank, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(merged[..., :16], base[..., :16])  # q is not adapted
+    assert (merged[..., 16:] - base[..., 16:]).abs().max() > 0.1  # k and v are
+
+
+def test_loader_options_reach_every_loader(monkeypatch):
+    check_loader_options_reach_every_loader(InfLoRA, monkeypatch)

@@ -1,0 +1,102 @@
+"""SD-LoRA: frozen directions, learning magnitudes, and the package's conventions (tiny ViTs, CPU, seconds)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import drop_in_cases
+from avalanche_color import SDLoRA, SDLoRAConfig, SDLoRAViT
+from avalanche_color.peers.lora_sum_layer import direction_norm
+from lora_sum_cases import (check_bad_options_are_refused, check_dtype, check_loader_options_reach_every_loader,
+                            check_online_stream_with_task_boundaries,
+                            check_positional_model_warns_as_avalanche, check_pretrained_round_trip,
+                            check_resume_equals_uninterrupted, check_signature_agrees_with_config,
+                            drop_in_accuracy, tiny, trained_counts)
+from lora_sum_torchrun import check_two_ranks_equal_one_process
+from streams import class_stream
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_signature_agrees_with_config():
+    check_signature_agrees_with_config(SDLoRA, SDLoRAConfig)
+
+
+def test_bad_options_are_refused_by_name():
+    check_bad_options_are_refused(SDLoRA)
+    with pytest.raises(ValueError, match=r"direction_norm must be one of \('product', 'factors'\), got 'l2'"):
+        SDLoRA(model=torch.nn.Identity(), direction_norm="l2")
+
+
+def test_earlier_directions_stay_bit_identical_while_their_magnitudes_learn():
+    strategy = tiny(SDLoRA)
+    stream = class_stream(num_experiences=3, per_class=8).train_stream
+    strategy.train(stream[0])
+    first = {k: v.clone() for k, v in strategy.model.state_dict().items() if ".components.0." in k}
+    magnitudes = [float(strategy.model.magnitudes[0].detach())]
+    for experience in stream[1:]:
+        strategy.train(experience)
+        magnitudes.append(float(strategy.model.magnitudes[0].detach()))
+        for key, value in first.items():
+            assert torch.equal(strategy.model.state_dict()[key], value), key
+    assert len(set(magnitudes)) == 3  # alpha_1 changed in each later experience
+    assert strategy.model.finished.tolist() == [True, True, True]
+
+
+def test_a_finished_direction_is_normalised_and_scaled_by_its_magnitude():
+    strategy = tiny(SDLoRA)
+    stream = class_stream(num_experiences=2, per_class=8).train_stream
+    strategy.train(stream[0])
+    layer = strategy.model.layers[0]
+    mixing = strategy.model.mixing()
+    delta = layer.delta_weight(0, mixing)  # alpha_1 B A / ||B A||_F for q and v
+    alpha = strategy.model.magnitudes[0].detach()
+    torch.testing.assert_close(torch.linalg.matrix_norm(delta), alpha.expand(2))
+    component = layer.components[0]
+    torch.testing.assert_close(direction_norm(component.A[0], component.B[0], "product"),
+                               torch.linalg.matrix_norm(component.B[0] @ component.A[0]))
+
+
+def test_trainable_parameters_per_experience_equal_the_formula():
+    # Experience t (0-based), depth L, width d, rank r_t, classes seen C_t:
+    # A and B of q and v in every block, 2 L r_t (d + d); t + 1 magnitudes; the head (d + 1) C_t.
+    depth, d, classes = 2, 32, 2
+    counts = trained_counts(SDLoRA, rank_schedule=(3, 2))
+    ranks = [3, 2, 2]
+    assert counts == [2 * depth * r * (d + d) + (t + 1) + (d + 1) * classes * (t + 1) for t, r in enumerate(ranks)]
+
+
+def test_resume_after_a_crash_mid_experience_equals_the_uninterrupted_run(tmp_path):
+    check_resume_equals_uninterrupted(SDLoRA, tmp_path)
+
+
+def test_save_pretrained_from_pretrained_predicts_identically(tmp_path):
+    check_pretrained_round_trip(SDLoRA, SDLoRAViT, tmp_path)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
+def test_backbone_dtype(dtype, tmp_path):
+    check_dtype(SDLoRA, dtype, tmp_path)
+
+
+@pytest.mark.parametrize("stream", list(drop_in_cases.STREAMS))
+def test_learns_every_stream_naive_runs(stream, tmp_path):
+    assert drop_in_accuracy(SDLoRA, stream, tmp_path) > drop_in_cases.LEARNED
+
+
+@pytest.mark.slow
+def test_two_processes_under_torchrun_equal_one_process(tmp_path):
+    check_two_ranks_equal_one_process(SDLoRA, tmp_path)
+
+
+def test_online_stream_with_task_boundaries_trains_one_component_per_experience(tmp_path):
+    check_online_stream_with_task_boundaries(SDLoRA, tmp_path)
+
+
+def test_the_model_given_positionally_warns_as_in_avalanche():
+    check_positional_model_warns_as_avalanche(SDLoRA, SDLoRAViT)
+
+
+def test_loader_options_reach_every_loader(monkeypatch):
+    check_loader_options_reach_every_loader(SDLoRA, monkeypatch)
