@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 from avalanche.logging import CSVLogger, TensorboardLogger, TextLogger
 
-from benchmarks.compare.config import ComparisonConfig
-from benchmarks.compare.results import config_record
+from avalanche_color.runner.config import RunConfig
+from avalanche_color.runner.plan import PlannedRun
+from avalanche_color.runner.provenance import config_record, jsonable
 
 
 def avalanche_loggers(names: tuple[str, ...], folder: Path, stack: ExitStack, append: bool = False) -> list:
@@ -25,19 +27,23 @@ def avalanche_loggers(names: tuple[str, ...], folder: Path, stack: ExitStack, ap
     return loggers
 
 
-def wandb_logger(config: ComparisonConfig, label: str, method: str, seed: int, rank: int, k: int, out: Path):
+def wandb_logger(config: RunConfig, planned: PlannedRun, options: dict[str, Any], folder: Path):
+    """The package's W&B logger for one run (None without ``wandb_project``): the run's config holds
+    the method's own options (``options``: rank, k, lr, ...), its seed and the comparison's settings."""
     if config.wandb_project is None:
         return None
     import wandb
 
     from avalanche_color import WandBLogger
-    folder = out / "wandb"
-    folder.mkdir(parents=True, exist_ok=True)
-    run_config = {**config_record(config), "method": method, "seed": seed, "rank": rank, "k": k}
-    return WandBLogger(project_name=config.wandb_project, run_name=f"{config.benchmark} {label} seed {seed}",
-                       dir=str(folder), config=run_config, save_code=False,
-                       params={"entity": config.wandb_entity, "group": config.benchmark, "job_type": label,
+
+    (folder / "wandb").mkdir(parents=True, exist_ok=True)
+    run_config = {"comparison": config_record(config), "method": planned.method, "label": planned.label,
+                  "seed": planned.seed, **jsonable(options)}
+    return WandBLogger(project_name=config.wandb_project, run_name=f"{config.benchmark} {planned.label} "
+                                                                  f"seed {planned.seed}",
+                       dir=str(folder / "wandb"), config=run_config, save_code=False,
+                       params={"entity": config.wandb_entity, "group": config.benchmark, "job_type": planned.label,
                                "reinit": "create_new",  # one run per (method, seed), even in a notebook
                                # where the run is saved, not its history and summary: those are in the
                                # table the runner prints, and would break up its progress bar per run
-                               "settings": wandb.Settings(quiet=True)})
+                               "settings": wandb.Settings(quiet=True, console="off")})

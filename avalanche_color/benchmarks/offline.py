@@ -1,7 +1,7 @@
 """Streams that need no download at run time: PACS by domain, Tiny-ImageNet by class, from local files.
 
 The images are decoded once into uint8 tensors at the backbone's ``image_size`` and cached
-(see :mod:`benchmarks.streams.archives`); Avalanche applies the ViT transforms per sample, the
+(see :mod:`avalanche_color.benchmarks.archives`); Avalanche applies the ViT transforms per sample, the
 training transform to the train stream and the evaluation transform to the test stream.
 
 * :func:`pacs`: domain-incremental, one experience per domain (all 7 classes in each), with a
@@ -26,16 +26,16 @@ from avalanche.benchmarks import GenericCLScenario, nc_benchmark, tensors_benchm
 from torch import Tensor
 from torch.utils.data import TensorDataset
 
-from benchmarks.streams import archives
-from benchmarks.streams.archives import Archive, cached, data_path, decode_images
-from benchmarks.streams.tiny_imagenet import FILE_NAME as TINY_IMAGENET_FILE
-from benchmarks.streams.tiny_imagenet import PRETRAIN_CLASSES, load_tiny_imagenet
-from benchmarks.streams.tiny_imagenet import SOURCE as TINY_IMAGENET_SOURCE
-from benchmarks.streams.tiny_imagenet import URL as TINY_IMAGENET_URL
+from avalanche_color.benchmarks import archives
+from avalanche_color.benchmarks.archives import Archive, cached, data_path, decode_images
+from avalanche_color.benchmarks.tiny_imagenet import FILE_NAME as TINY_IMAGENET_FILE
+from avalanche_color.benchmarks.tiny_imagenet import PRETRAIN_CLASSES, load_tiny_imagenet
+from avalanche_color.benchmarks.tiny_imagenet import SOURCE as TINY_IMAGENET_SOURCE
+from avalanche_color.benchmarks.tiny_imagenet import URL as TINY_IMAGENET_URL
 
 PACS_FILE = "pacs-64px.zip"
 PACS_SOURCE = "PACS is published at https://domaingeneralization.github.io/#data (read here in its own layout)"
-from benchmarks.streams.transforms import vit_transforms
+from avalanche_color.benchmarks.transforms import vit_transforms
 
 PACS_DOMAINS = ("art_painting", "cartoon", "photo", "sketch")
 PACS_CLASSES = ("dog", "elephant", "giraffe", "guitar", "horse", "house", "person")
@@ -68,7 +68,7 @@ def pacs(
         test_fraction: the share of each class in each domain held out for testing.
         domains: the experiences' domains, in order.
         task_labels: experience i carries task label i (else 0 throughout).
-        cache_dir: where the decoded images are cached (None: ``benchmarks.streams.archives.CACHE_DIR``).
+        cache_dir: where the decoded images are cached (None: ``avalanche_color.benchmarks.archives.CACHE_DIR``).
 
     Returns:
         An Avalanche benchmark with ``train_stream`` and ``test_stream``, one experience per domain.
@@ -165,7 +165,7 @@ def split_tiny_imagenet(
         train_per_class: keep at most this many training images per class (a seeded random
             subset, to make CPU runs cheaper); None keeps all 500.
         task_labels: experience i carries task label i (else 0 throughout).
-        cache_dir: where the decoded images are cached (None: ``benchmarks.streams.archives.CACHE_DIR``).
+        cache_dir: where the decoded images are cached (None: ``avalanche_color.benchmarks.archives.CACHE_DIR``).
 
     Returns:
         An Avalanche ``NCScenario`` with ``train_stream`` and ``test_stream``.

@@ -14,7 +14,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from benchmarks.streams.archives import CACHE_DIR, Archive, cached, data_path, decode_images
+from avalanche_color.benchmarks import archives
+from avalanche_color.benchmarks.archives import Archive, cached, data_path, decode_images
 
 FILE_NAME = "tiny-imagenet-200-32px.zip"
 URL = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"  # the official release, 64 px
@@ -39,10 +40,10 @@ class TinyImageNet:
 
 
 def load_tiny_imagenet(path: Optional[str | Path] = None, *, image_size: int = 32,
-                       cache_dir: Path = CACHE_DIR) -> TinyImageNet:
+                       cache_dir: Optional[Path] = None) -> TinyImageNet:
     """All 200 classes, train and val, decoded once and cached as tensors."""
     archive = Archive(data_path(path, FILE_NAME, "Tiny-ImageNet", SOURCE, URL))
-    cache = cache_dir / f"tiny_imagenet_{archive.fingerprint()}_{image_size}px.pt"
+    cache = (archives.CACHE_DIR if cache_dir is None else Path(cache_dir)) / f"tiny_imagenet_{archive.fingerprint()}_{image_size}px.pt"
     return TinyImageNet(**cached(cache, lambda: _decode(archive, image_size)))
 
 

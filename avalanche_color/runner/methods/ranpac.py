@@ -18,8 +18,8 @@ from avalanche.core import SupervisedPlugin
 from avalanche.training.templates import SupervisedTemplate
 from torch import Tensor, nn
 
-from avalanche_color.routing.ridge import RandomFeatureRidge
-from benchmarks.compare.embedding import experience_features
+from avalanche_color import RandomFeatureRidge
+from avalanche_color.runner.methods.features import experience_features
 
 WIDTH = 2048
 SEED = 0

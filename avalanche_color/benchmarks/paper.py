@@ -22,9 +22,9 @@ from typing import Iterator, Sequence
 from avalanche.benchmarks import paths_benchmark
 from avalanche.benchmarks.classic import CORe50, SplitCIFAR100
 
-from benchmarks.streams.offline import (DEFAULT_MEAN, DEFAULT_STD, check_domains, check_seed, generic_benchmark,
+from avalanche_color.benchmarks.offline import (DEFAULT_MEAN, DEFAULT_STD, check_domains, check_seed, generic_benchmark,
                                         task_labels_of)
-from benchmarks.streams.transforms import paper_transforms
+from avalanche_color.benchmarks.transforms import paper_transforms
 
 CIFAR100_EXPERIENCES = 10
 CIFAR100_LAYOUT = ("<root>/cifar-100-python/{train,test,meta}, the python version of CIFAR-100 "

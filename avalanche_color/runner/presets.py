@@ -1,6 +1,6 @@
 """Named settings of the comparison runner (``--preset paper``); explicit settings override them.
 
-A preset's values are :class:`~benchmarks.compare.config.ComparisonConfig` fields. ``color_lr`` is
+A preset's values are :class:`~avalanche_color.runner.config.RunConfig` fields. ``color_lr`` is
 the lr of CoLoR (and of S-Prompts and Joint-LoRA, which train as CoLoR does); the fine-tuning
 baselines keep ``baseline_lr``, L2P its paper's Adam settings; ``weight_decay`` goes to every SGD.
 
@@ -68,7 +68,7 @@ def pipeline_table() -> str:
 
 
 def preset_settings(preset: str, benchmark: str) -> dict[str, Any]:
-    """The settings ``preset`` gives ``benchmark`` (ComparisonConfig fields); refuses what it does not cover."""
+    """The settings ``preset`` gives ``benchmark`` (RunConfig fields); refuses what it does not cover."""
     if preset not in PRESETS:
         raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
     if benchmark not in PRESETS[preset]:

@@ -3,7 +3,8 @@
 The offline data sets (PACS and Tiny-ImageNet, resized small) come as zip files; users may
 also have them unpacked. Their location is a ``--data`` path, or the folder named by the
 ``AVALANCHE_COLOR_DATA`` environment variable (see :func:`data_path`). Either way the images are decoded into one uint8 tensor per split and cached
-as a ``.pt`` file beside the benchmark results, so later runs start in seconds.
+as a ``.pt`` file in the cache folder (``AVALANCHE_COLOR_CACHE``, else ``~/.cache/avalanche_color``),
+so later runs start in seconds.
 """
 
 from __future__ import annotations
@@ -20,19 +21,16 @@ from PIL import Image
 from torch import Tensor
 
 from avalanche_color.utils.files import torch_save_atomically, write_atomically
-from benchmarks import REPOSITORY
 
 DATA_ENV = "AVALANCHE_COLOR_DATA"  # a folder holding the data sets' zip files or folders
-CACHE_DIR = REPOSITORY / "benchmarks" / "results" / "cache"
-
-
-DOWNLOAD_DIR = CACHE_DIR / "downloads"
+CACHE_ENV = "AVALANCHE_COLOR_CACHE"  # where decoded images and downloads are kept
+CACHE_DIR = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "avalanche_color")
 
 
 def data_path(path: Optional[str | Path], file_name: str, data_set: str, source: str,
               url: Optional[str] = None) -> Path:
     """``path`` if given, else ``file_name`` in the ``AVALANCHE_COLOR_DATA`` folder, else the
-    public download at ``url`` (kept under ``benchmarks/results/cache/downloads/``) if there is one.
+    public download at ``url`` (kept under ``downloads/`` in :data:`CACHE_DIR`) if there is one.
 
     Raises a ``FileNotFoundError`` saying how to give the data and where to get it.
     """
@@ -45,7 +43,7 @@ def data_path(path: Optional[str | Path], file_name: str, data_set: str, source:
            f"{file_name}. {source}")
     if url is None:
         raise FileNotFoundError(f"{data_set} is not given: {how}")
-    target = DOWNLOAD_DIR / url.rsplit("/", 1)[-1]
+    target = CACHE_DIR / "downloads" / url.rsplit("/", 1)[-1]
     if not target.is_file():
         try:
             download(url, target)
@@ -70,7 +68,11 @@ class Archive:
         self.path = Path(path)
         if not self.path.exists():
             raise FileNotFoundError(f"data path {str(self.path)!r} does not exist: give the data set's zip file or folder")
-        self._zip = zipfile.ZipFile(self.path) if self.path.is_file() else None
+        try:
+            self._zip = zipfile.ZipFile(self.path) if self.path.is_file() else None
+        except zipfile.BadZipFile as error:  # truncated or not a zip: say which file
+            raise ValueError(f"data path {str(self.path)!r} is not a readable zip file ({error}): give the data "
+                             "set's zip file or its unpacked folder") from None
 
     def names(self) -> list[str]:
         if self._zip is not None:

@@ -19,8 +19,6 @@ from typing import Callable
 
 import torch
 from avalanche.benchmarks import tensors_benchmark
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor, nn
 
@@ -39,6 +37,9 @@ class DigitsSplit:
 
 def digits_split(seed: int = 0) -> DigitsSplit:
     """The digits as (N, 3, 16, 16) images in [0, 1], split for pretraining and the streams."""
+    from sklearn.datasets import load_digits  # here: scikit-learn takes a second to import
+    from sklearn.model_selection import train_test_split
+
     digits = load_digits()
     images = torch.as_tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
     images = nn.functional.interpolate(images, size=IMAGE_SIZE, mode="bilinear", align_corners=False)
@@ -111,7 +112,7 @@ def pretrained_vit(split: DigitsSplit, *, epochs: int = 60, seed: int = 0,
     """Weights of :func:`small_vit` (without its head) pretrained on the held-out plain digits.
 
     The main job loads the committed result (``load_backbone("digits")``); this runs only when
-    asked (``python -m benchmarks.backbones.pretrain_digits``).
+    asked (the repository's ``python -m benchmarks.backbones.pretrain_digits``).
     """
     model = small_vit(NUM_CLASSES, seed)
     images, labels = normalise(split.pretrain[0]), split.pretrain[1]

@@ -9,7 +9,7 @@ import torch
 from avalanche.training.templates import SupervisedTemplate
 from torch import Tensor
 
-from avalanche_color.training.loaders import data_loader, loader_options
+from avalanche_color import data_loader, loader_options
 
 
 @torch.no_grad()
