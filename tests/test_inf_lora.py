@@ -8,7 +8,8 @@ import torch
 import drop_in_cases
 from avalanche_color import InfLoRA, InfLoRAConfig, InfLoRAViT
 from avalanche_color.peers.inf_lora.subspace import ProtectedSubspace, input_covariances
-from lora_sum_cases import (check_bad_options_are_refused, check_dtype, check_loader_options_reach_every_loader,
+from lora_sum_cases import (check_the_runner_reports_what_the_first_experience_trains,
+                            check_bad_options_are_refused, check_dtype, check_loader_options_reach_every_loader,
                             check_online_stream_with_task_boundaries,
                             check_positional_model_warns_as_avalanche, check_pretrained_round_trip,
                             check_resume_equals_uninterrupted, check_signature_agrees_with_config,
@@ -154,3 +155,7 @@ def test_frozen_branches_folded_into_the_weight_compute_what_the_low_rank_path_c
 
 def test_loader_options_reach_every_loader(monkeypatch):
     check_loader_options_reach_every_loader(InfLoRA, monkeypatch)
+
+
+def test_the_runner_reports_what_the_first_experience_trains():
+    check_the_runner_reports_what_the_first_experience_trains(InfLoRA)

@@ -8,7 +8,8 @@ import torch
 import drop_in_cases
 from avalanche_color import SDLoRA, SDLoRAConfig, SDLoRAViT
 from avalanche_color.peers.lora_sum.layer import direction_norm
-from lora_sum_cases import (check_bad_options_are_refused, check_dtype, check_loader_options_reach_every_loader,
+from lora_sum_cases import (check_the_runner_reports_what_the_first_experience_trains,
+                            check_bad_options_are_refused, check_dtype, check_loader_options_reach_every_loader,
                             check_online_stream_with_task_boundaries,
                             check_positional_model_warns_as_avalanche, check_pretrained_round_trip,
                             check_resume_equals_uninterrupted, check_signature_agrees_with_config,
@@ -115,3 +116,7 @@ def test_what_trains_is_declared_not_read_back_from_requires_grad():
     model.requires_grad_(True)
     assert torch.equal(model(x), before)
     assert [id(p) for p in model.trainable_parameters()] == declared
+
+
+def test_the_runner_reports_what_the_first_experience_trains():
+    check_the_runner_reports_what_the_first_experience_trains(SDLoRA)

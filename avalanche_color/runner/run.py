@@ -18,7 +18,8 @@ from avalanche.training.plugins import EvaluationPlugin
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.models.vision_transformer import VisionTransformer
 
-from avalanche_color import RoutedExpertViT, L2P, routing_accuracy_metrics, train_stream, write_atomically
+from avalanche_color import (L2P, InfLoRAViT, RoutedExpertViT, SDLoRAViT, experience_classes, routing_accuracy_metrics,
+                             train_stream, write_atomically)
 from avalanche_color.benchmarks.registry import BenchmarkSpec, benchmark_spec
 from avalanche_color.runner.backbones import data_config, with_head
 from avalanche_color.runner.config import RunConfig
@@ -49,13 +50,14 @@ def evaluator(loggers: Sequence[BaseLogger] = ()) -> EvaluationPlugin:
 
 
 def method_run(planned: PlannedRun, backbone: VisionTransformer, spec: BenchmarkSpec, config: RunConfig,
-               device: str, loggers: Sequence[BaseLogger] = ()) -> MethodRun:
+               device: str, loggers: Sequence[BaseLogger] = (), num_experiences: Optional[int] = None) -> MethodRun:
     """What ``planned``'s method is built from: the settings, its rank and k, a fresh copy of the
     backbone per call, and the budget and evaluator (with ``loggers``) every method gets alike."""
     return MethodRun(config=config, rank=planned.rank, k=planned.k, num_classes=spec.num_classes,
                      backbone=lambda classes: with_head(copy.deepcopy(backbone), classes),
                      strategy_options=dict(train_mb_size=config.batch_size, train_epochs=config.epochs,
-                                           eval_mb_size=EVAL_BATCH, device=device, evaluator=evaluator(loggers)))
+                                           eval_mb_size=EVAL_BATCH, device=device, evaluator=evaluator(loggers)),
+                     num_experiences=num_experiences)
 
 
 def build_method(name: str, config: RunConfig, backbone: Callable[[int], Any], num_classes: int, *,
@@ -88,11 +90,13 @@ def run_method(planned: PlannedRun, benchmark, spec: BenchmarkSpec, backbone: Vi
         loggers = (avalanche_loggers(config.loggers, attempt / "logs" / name, stack, append=config.resume)
                    if main_process else [])
         # The method's options depend on the settings, rank and k alone: W&B records them as the run's config.
-        options = entry.options(MethodRun(config, planned.rank, planned.k, spec.num_classes, with_head, {}))
+        options = entry.options(MethodRun(config, planned.rank, planned.k, spec.num_classes, with_head, {},
+                                          num_experiences=len(benchmark.train_stream)))
         wandb = wandb_logger(config, planned, options, attempt) if main_process else None
         if wandb is not None:
             loggers.append(stack.enter_context(wandb))  # finished even if training fails
-        strategy = entry.build(method_run(planned, backbone, spec, config, device, loggers), options)
+        strategy = entry.build(method_run(planned, backbone, spec, config, device, loggers,
+                                          num_experiences=len(benchmark.train_stream)), options)
         count = len(benchmark.test_stream)  # the accuracy matrix's columns
         test_sizes = [len(experience.dataset) for experience in benchmark.test_stream]
         wall, cpu = time.perf_counter(), time.process_time()
@@ -123,7 +127,8 @@ def run_method(planned: PlannedRun, benchmark, spec: BenchmarkSpec, backbone: Vi
             # the sample's test experience belongs to; where none does, there is nothing to count.
             "routing_accuracy": (weighted_mean(_per_experience(metrics, "RoutingAcc_Exp", count), test_sizes)
                                  if entry.prototypes and spec.paired_test_stream else None),
-            "trainable_parameters_per_experience": trainable_parameters_per_experience(strategy),
+            "trainable_parameters_per_experience": trainable_parameters_per_experience(strategy,
+                                                                                       benchmark.train_stream[0]),
             "wall_seconds": time.perf_counter() - wall,
             "cpu_seconds": time.process_time() - cpu,
         }
@@ -135,7 +140,7 @@ def run_method(planned: PlannedRun, benchmark, spec: BenchmarkSpec, backbone: Vi
     return result
 
 
-def trainable_parameters_per_experience(strategy: Any) -> int:
+def trainable_parameters_per_experience(strategy: Any, first_experience: Optional[Any] = None) -> int:
     """What one experience trains.
 
     CoLoR and S-Prompts: one expert (LoRA + head, or prompt tokens + head; the first
@@ -144,9 +149,15 @@ def trainable_parameters_per_experience(strategy: Any) -> int:
     (L2P adds nothing per experience but head rows for new classes). The other methods: what
     they train: the whole model for the fine-tuning baselines, nothing for NCM (0), and for the
     joint bounds what their one training on all experiences trains (Joint-LoRA: one expert
-    whose head covers every class).
+    whose head covers every class). SD-LoRA and InfLoRA: what the first experience trains (its
+    LoRA component, SD-LoRA's magnitude, the head rows of its classes), as their papers count.
     """
     model = strategy.model
+    if isinstance(model, (SDLoRAViT, InfLoRAViT)):  # the first experience's component, with its head rows
+        if first_experience is None:
+            raise ValueError(f"first_experience is needed to count what {type(strategy).__name__}'s first experience "
+                             f"trains (its head rows are its classes'), got None")
+        return model.experience_parameter_count(0, len(experience_classes(first_experience)))
     if isinstance(model, RoutedExpertViT):
         return sum(p.numel() for p in model.expert_parameters(0))
     if isinstance(strategy, L2P):

@@ -52,6 +52,10 @@ class InfLoRAViT(LoRASumViT):
         training = self.training_component()  # every branch with coefficient 1; the one learning runs low-rank
         return Mixing(low_rank=frozenset(() if training is None else (training,)))
 
+    def component_parameter_count(self, component: int) -> int:
+        """Its B in every layer (A is designed, not trained)."""
+        return sum(layer.components[component].B.numel() for layer in self.layers)
+
     def trainable_parameters(self) -> Iterator[nn.Parameter]:
         """The head, and the current branch's B (its A is designed, not trained)."""
         yield from super().trainable_parameters()

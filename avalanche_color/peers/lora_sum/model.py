@@ -116,6 +116,16 @@ class LoRASumViT(DynamicModule):
         yield self.head_weight
         yield self.head_bias
 
+    def component_parameter_count(self, component: int) -> int:
+        """The parameters that learn with ``component`` and belong to it (subclasses say which)."""
+        raise NotImplementedError
+
+    def experience_parameter_count(self, component: int, num_classes: int) -> int:
+        """What the experience of ``component`` trains when it brings ``num_classes`` classes: the
+        component's own parameters, what the method trains beside it, and the head's new rows.
+        The runner reports it for the first experience, as the papers count."""
+        return self.component_parameter_count(component) + (int(self.backbone.num_features) + 1) * num_classes
+
     def set_trainable(self) -> None:
         """The one place that sets ``requires_grad``: on :meth:`trainable_parameters`, off everywhere else."""
         self.requires_grad_(False)

@@ -66,6 +66,11 @@ class SDLoRAViT(LoRASumViT):
         self.magnitudes.append(nn.Parameter(torch.full((), self.config.magnitude_init, dtype=weight.dtype,
                                                        device=weight.device)))
 
+    def component_parameter_count(self, component: int) -> int:
+        """Its A and B in every layer, and the magnitude of every direction so far (all of them learn)."""
+        factors = sum(p.numel() for layer in self.layers for p in layer.components[component].parameters())
+        return factors + component + 1
+
     def trainable_parameters(self) -> Iterator[nn.Parameter]:
         """The head, every magnitude, and the current direction's A and B."""
         yield from super().trainable_parameters()

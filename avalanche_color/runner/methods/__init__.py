@@ -2,6 +2,7 @@
 
 * ``color``: CoLoR and its routing variants, and Joint-LoRA (one CoLoR expert on the whole stream);
 * ``prompts``: the prompt-tuning peers, S-Prompts and L2P;
+* ``lora_peers``: the LoRA continual learners that route nothing, SD-LoRA and InfLoRA;
 * ``avalanche_baselines``: Avalanche's fine-tuning strategies (Naive, FT-masked, EWC, LwF, Replay, Joint-FT);
 * ``training_free``: NCM and RanPAC on the frozen backbone.
 
@@ -23,15 +24,15 @@ if TYPE_CHECKING:
     from avalanche_color.benchmarks.registry import BenchmarkSpec
     from avalanche_color.runner.config import RunConfig
 
-FAMILIES = ("color", "prompts", "avalanche_baselines", "training_free")
+FAMILIES = ("color", "prompts", "lora_peers", "avalanche_baselines", "training_free")
 
 
 @dataclass(frozen=True)
 class MethodRun:
     """What a method is built from in one run: the comparison's settings, this run's rank and k
     (None for a method that takes none), the class count, a fresh backbone (``backbone(n)``: a
-    pretrained ViT with a new n-class head; ``backbone(0)``: without one) and the options every
-    strategy gets alike (batch, epochs, device, evaluator)."""
+    pretrained ViT with a new n-class head; ``backbone(0)``: without one), the options every
+    strategy gets alike (batch, epochs, device, evaluator) and the training stream's length."""
 
     config: "RunConfig"
     rank: Optional[int]
@@ -39,6 +40,7 @@ class MethodRun:
     num_classes: int
     backbone: Callable[[int], "nn.Module"]
     strategy_options: dict[str, Any]
+    num_experiences: Optional[int] = None  # the training stream's length, where a method schedules by it
 
     @property
     def weight_decay(self) -> dict[str, float]:
