@@ -1,8 +1,9 @@
 # The two commands of the README:
 #   make main   set up .venv and run the main job (CoLoR vs baselines on offline digit streams, 5 seeds)
 #   make test   set up .venv and run the tests
-# The main job writes to runs/ (ignored by git); `make main-publish` rewrites the committed tables in
-# benchmarks/results/. Each comparison runs on one thread: the same numbers on every run on one kind
+# The main job runs the installed command `avalanche-color compare` (the same as
+# `python -m avalanche_color.runner compare`) and writes to runs/ (ignored by git); `make main-publish`
+# rewrites the committed tables in benchmarks/results/ (--out-dir). Each comparison runs on one thread: the same numbers on every run on one kind
 # of machine (torch's float sums depend on the thread count and the CPU; another CPU agrees within the
 # spread over seeds: `python -m benchmarks.reporting.reproduce digits_class digits_domain` checks).
 PYTHON ?= python3
@@ -20,11 +21,11 @@ main: $(STAMP)
 	@echo "  $(VENV)/bin/python -m benchmarks.reporting.reproduce digits_class digits_domain"
 
 main-publish: $(STAMP)
-	$(MAKE) --no-print-directory -j2 main-digits_class main-digits_domain PUBLISH=--publish
+	$(MAKE) --no-print-directory -j2 main-digits_class main-digits_domain PUBLISH="--out-dir benchmarks/results"
 
 # The two streams side by side, each on one thread.
 main-digits_%: $(STAMP)
-	OMP_NUM_THREADS=1 $(VENV)/bin/python -m benchmarks.compare --benchmark digits_$* $(MAIN) $(PUBLISH)
+	OMP_NUM_THREADS=1 $(VENV)/bin/avalanche-color compare --benchmark digits_$* $(MAIN) $(PUBLISH)
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest tests
@@ -35,7 +36,7 @@ test: $(STAMP)
 # Interrupted? Run it again: --resume keeps every finished run.
 BASELINE_METHODS := --methods CoLoR CoLoR++ CoLoR-oracle Naive EWC LwF Replay FT-masked NCM Joint-FT Joint-LoRA
 PROMPT_METHODS := --methods S-Prompts L2P
-COMPARE := OMP_NUM_THREADS=1 $(VENV)/bin/python -m benchmarks.compare --publish
+COMPARE := OMP_NUM_THREADS=1 $(VENV)/bin/avalanche-color compare --out-dir benchmarks/results
 PACS := --benchmark pacs --epochs 3
 TINY := --benchmark split_tiny_imagenet --epochs 2 --train-per-class 100
 DIGITS_BUDGET := --epochs 5 --batch-size 32 --rank 16 --k 10 --loggers

@@ -86,6 +86,15 @@ _EXPORTS: dict[str, str] = {
     "read_checkpoint": "avalanche_color.training.checkpoint",
     "routing_accuracy_metrics": "avalanche_color.evaluation.routing_accuracy",
     "train_stream": "avalanche_color.training.resume",
+    # Building blocks the comparison runner (avalanche_color.runner) builds its baselines and
+    # writes its files with; public so that a script can do as the runner does.
+    "PerExperienceCosine": "avalanche_color.training.cosine_schedule",
+    "RandomFeatureRidge": "avalanche_color.routing.ridge",
+    "data_loader": "avalanche_color.training.loaders",
+    "experience_classes": "avalanche_color.utils.experiences",
+    "loader_options": "avalanche_color.training.loaders",
+    "tensors_digest": "avalanche_color.utils.digests",
+    "write_atomically": "avalanche_color.utils.files",
 }
 
 # Written out (not sorted(_EXPORTS)) so that tools reading the source see it; tests check they agree.
@@ -106,6 +115,7 @@ __all__ = [
     "L2PViT",
     "LoRAExpertsPlugin",
     "LoRAOptions",
+    "PerExperienceCosine",
     "PromptExpertViT",
     "PromptOptions",
     "PromptPool",
@@ -114,6 +124,7 @@ __all__ = [
     "PrototypeRouterPlugin",
     "QKVExperts",
     "QVLoRA",
+    "RandomFeatureRidge",
     "RoutedExpertViT",
     "RoutedExpertsTemplate",
     "RoutingAccuracy",
@@ -127,11 +138,16 @@ __all__ = [
     "WandBLogger",
     "backbone_data_config",
     "backbone_transform",
+    "data_loader",
+    "experience_classes",
     "fit_class_prototypes",
     "fit_prototypes",
+    "loader_options",
     "read_checkpoint",
     "routing_accuracy_metrics",
+    "tensors_digest",
     "train_stream",
+    "write_atomically",
 ]
 
 
@@ -181,3 +197,10 @@ if TYPE_CHECKING:  # what editors and type checkers see: the same names, importe
     from avalanche_color.training.resume import CheckpointPlugin, train_stream
     from avalanche_color.training.router_plugin import PrototypeRouterPlugin
     from avalanche_color.training.template import RoutedExpertsTemplate
+    # used by the runner
+    from avalanche_color.routing.ridge import RandomFeatureRidge
+    from avalanche_color.training.cosine_schedule import PerExperienceCosine
+    from avalanche_color.training.loaders import data_loader, loader_options
+    from avalanche_color.utils.digests import tensors_digest
+    from avalanche_color.utils.experiences import experience_classes
+    from avalanche_color.utils.files import write_atomically

@@ -17,7 +17,7 @@ from streams import tiny_vit
 
 def saved_vit(path: Path, **vit_options) -> str:
     """A seeded timm ViT with ``vit_options`` (its size) saved as a backbone file at ``path``."""
-    from benchmarks.backbones import save_backbone
+    from avalanche_color.backbones import save_backbone
 
     torch.manual_seed(0)
     model = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=0, **vit_options)

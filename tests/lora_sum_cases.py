@@ -208,3 +208,14 @@ def check_loader_options_reach_every_loader(strategy_class, monkeypatch) -> None
     strategy.train(benchmark.train_stream[0])
     strategy.eval(benchmark.test_stream)
     assert len(seen) >= 3 and set(seen) == {1}, seen
+
+
+def check_the_runner_reports_what_the_first_experience_trains(strategy_class) -> None:
+    from avalanche_color.runner.run import trainable_parameters_per_experience
+
+    counts = TrainableCounts()
+    strategy = tiny(strategy_class, plugins=[counts], train_epochs=1)
+    stream = class_stream(num_experiences=3, per_class=4).train_stream
+    for experience in stream:
+        strategy.train(experience)
+    assert trainable_parameters_per_experience(strategy, stream[0]) == counts.counts[0]

@@ -1,6 +1,6 @@
 """Tiny fake copies of the paper's data sets in their real on-disk formats (never the real archives).
 
-Each writer makes what :mod:`benchmarks.streams.paper` reads: CIFAR-100's pickled python
+Each writer makes what :mod:`avalanche_color.benchmarks.paper` reads: CIFAR-100's pickled python
 batches, CORe50's image folders with its pickled indexes and NI file lists, and DomainNet's
 domain folders with their split files. Images are seeded noise.
 """

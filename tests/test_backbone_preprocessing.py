@@ -16,7 +16,7 @@ from timm.data import create_transform, resolve_data_config
 from avalanche_color import backbone_data_config, backbone_transform
 from avalanche_color.backbones import offline_backbone, read_backbone, save_backbone
 from avalanche_color.utils.digests import tensors_digest
-from benchmarks.streams.digits import digits_split, normalise  # the runner's digits preprocessing, read only
+from avalanche_color.benchmarks.digits import digits_split, normalise  # the runner's digits preprocessing, read only
 
 TINY = dict(img_size=16, patch_size=4, embed_dim=32, depth=2, num_heads=2)
 
@@ -47,7 +47,7 @@ def test_a_raw_digit_through_the_package_transform_is_what_the_runner_feeds_the_
 
 
 def test_the_offline_backbone_transform_matches_the_offline_streams_evaluation():
-    from benchmarks.streams.transforms import vit_transforms  # the runner's, read only
+    from avalanche_color.benchmarks.transforms import vit_transforms  # the runner's, read only
 
     vit = offline_backbone("offline")
     config = backbone_data_config(vit)

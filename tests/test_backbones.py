@@ -8,7 +8,7 @@ import pytest
 import timm
 import torch
 
-from benchmarks.backbones import OFFLINE_BACKBONE, data_config, load_backbone, save_backbone, with_head
+from avalanche_color.runner.backbones import OFFLINE_BACKBONE, data_config, load_backbone, save_backbone, with_head
 
 TINY = dict(img_size=16, patch_size=4, embed_dim=32, depth=2, num_heads=2)
 
@@ -70,7 +70,7 @@ def test_with_head_adds_a_fresh_classifier():
 
 def test_the_package_ships_its_small_backbones_and_loads_them_by_name():
     from avalanche_color.backbones import offline_backbone
-    from benchmarks.backbones import load_backbone
+    from avalanche_color.runner.backbones import load_backbone
 
     for name, size in (("digits", 16), ("offline", 32)):
         vit = offline_backbone(name)
@@ -161,9 +161,8 @@ def test_without_network_or_cache_one_line_says_what_to_pass_at_once(tmp_path, m
 
     import huggingface_hub.constants
 
-    import benchmarks.backbones as backbones
-    from benchmarks.compare import __main__ as runner
-    from benchmarks.compare.__main__ import main
+    import avalanche_color.runner.backbones as backbones
+    from avalanche_color.runner.cli import main
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
     monkeypatch.setattr(backbones, "_hub_reachable", lambda endpoint: False)
@@ -176,8 +175,9 @@ def test_without_network_or_cache_one_line_says_what_to_pass_at_once(tmp_path, m
     assert "--backbone FILE --architecture vit_tiny_patch16_224.augreg_in21k" in message
     assert "--backbone random:vit_tiny_patch16_224.augreg_in21k" in message
     assert huggingface_hub.constants.HF_HUB_OFFLINE is False  # put back
-    monkeypatch.setattr(runner, "SCRATCH", tmp_path / "runs")
     with pytest.raises(SystemExit) as exit_:
-        main(["--benchmark", "digits_class", "--backbone", "vit_tiny_patch16_224.augreg_in21k", "--loggers"])
-    assert str(exit_.value) == f"python -m benchmarks.compare: error: {message}"
+        main(["compare", "--benchmark", "digits_class", "--backbone", "vit_tiny_patch16_224.augreg_in21k",
+              "--loggers", "--out-dir", str(tmp_path / "runs")])
+    assert str(exit_.value) == ("avalanche-color compare: error: --backbone vit_tiny_patch16_224.augreg_in21k: "
+                                f"{message}")
     assert not (tmp_path / "runs").exists()  # refused before the output folder is made

@@ -15,16 +15,17 @@ from avalanche.models import NCMClassifier
 from avalanche.training import JointTraining, Naive
 from torch import nn
 
-import benchmarks.compare.__main__ as command_line
-from benchmarks.backbones import with_head
-from benchmarks.compare import ComparisonConfig, run_comparison
-from benchmarks.compare.methods import (Budget, Hyperparameters, SeenClassesNCM, build_strategy,
-                                        trainable_parameters_per_experience)
-from benchmarks.compare.plan import plan_runs
-from benchmarks.compare.presets import PAPER
-from benchmarks.compare.results import config_record
-from benchmarks.reporting import seen_accuracy_curve
-from benchmarks.streams.registry import benchmark_spec
+import avalanche_color.runner.cli as command_line
+import avalanche_color.runner.comparison as comparison
+from avalanche_color.benchmarks import benchmark_spec
+from avalanche_color.runner import RunConfig, RunConfigError, run_comparison
+from avalanche_color.runner.backbones import with_head
+from avalanche_color.runner.methods.ncm import SeenClassesNCM
+from avalanche_color.runner.plan import plan_runs
+from avalanche_color.runner.presets import PAPER
+from avalanche_color.runner.provenance import config_record
+from avalanche_color.runner.report import seen_accuracy_curve
+from avalanche_color.runner.run import build_method, trainable_parameters_per_experience
 from streams import class_stream, domain_stream, tiny_vit
 
 
@@ -42,9 +43,10 @@ class Recorder(SupervisedPlugin):
         self.outputs[-1].append((strategy.mb_output.detach().clone(), strategy.mb_y.clone()))
 
 
-def strategy_for(method: str, vit: nn.Module, num_classes: int, epochs: int = 1, batch_size: int = 16, **hp):
-    return build_strategy(method, lambda classes: with_head(copy.deepcopy(vit), classes), num_classes,
-                          Budget(epochs=epochs, batch_size=batch_size), Hyperparameters(**hp))
+def strategy_for(method: str, vit: nn.Module, num_classes: int, epochs: int = 1, batch_size: int = 16,
+                 rank: int = 16, **settings):
+    config = RunConfig(benchmark="digits_class", epochs=epochs, batch_size=batch_size, ranks=(rank,), **settings)
+    return build_method(method, config, lambda classes: with_head(copy.deepcopy(vit), classes), num_classes)
 
 
 def accuracy(strategy, stream) -> float:
@@ -80,7 +82,7 @@ def test_ft_masked_trains_only_the_current_classes_logits_and_learns(one_thread)
 
 
 @pytest.mark.parametrize("method, hp", [("Joint-FT", dict(baseline_lr=3e-4)),
-                                        ("Joint-LoRA", dict(color_lr=0.1, color_rank=2))])
+                                        ("Joint-LoRA", dict(color_lr=0.1, rank=2))])
 def test_joint_methods_train_once_on_every_class(method, hp, one_thread):
     benchmark = class_stream(num_experiences=2, classes_per_experience=2, seed=2)
     vit = tiny_vit()
@@ -149,8 +151,8 @@ def test_ncm_means_cover_all_the_training_data_seen(one_thread):
 
 
 def test_runner_reports_joint_runs_as_one_row(tiny_backbone, tmp_path):
-    config = ComparisonConfig(benchmark="digits_class", methods=("Joint-FT", "Joint-LoRA", "NCM", "FT-masked"),
-                              epochs=1, batch_size=64, backbone=tiny_backbone, out=tmp_path, ranks=(2,), loggers=())
+    config = RunConfig(benchmark="digits_class", methods=("Joint-FT", "Joint-LoRA", "NCM", "FT-masked"),
+                       epochs=1, batch_size=64, backbone=tiny_backbone, out=tmp_path, ranks=(2,), loggers=())
     runs = {run["label"]: run for run in run_comparison(config, progress=False)["runs"]}
     for label in ("Joint-FT", "Joint-LoRA"):
         matrix = runs[label]["accuracy_matrix"]
@@ -167,43 +169,42 @@ def test_runner_reports_joint_runs_as_one_row(tiny_backbone, tmp_path):
 
 
 def test_plan_runs_baselines_for_the_baseline_seeds_and_joint_lora_for_every_rank():
-    config = ComparisonConfig(benchmark="digits_class", methods=("CoLoR", "NCM", "Joint-LoRA"), seeds=(0, 1),
-                              ranks=(1, 8))
+    config = RunConfig(benchmark="digits_class", methods=("CoLoR", "NCM", "Joint-LoRA"), seeds=(0, 1), ranks=(1, 8))
     plan = [(label, seed, rank) for _, label, seed, rank, _ in plan_runs(config, benchmark_spec("digits_class"))]
-    assert plan[4:] == [("NCM", 0, 1), ("Joint-LoRA r=1", 0, 1), ("Joint-LoRA r=8", 0, 8)]
+    assert plan[4:] == [("NCM", 0, None), ("Joint-LoRA r=1", 0, 1), ("Joint-LoRA r=8", 0, 8)]
 
 
 def test_paper_preset_settings_and_explicit_flags_over_them(monkeypatch):
     configs = []
-    monkeypatch.setattr(command_line, "run_comparison",
+    monkeypatch.setattr(comparison, "run_comparison",
                         lambda config, progress: configs.append(config) or {"table": ""})
-    command_line.main(["--benchmark", "core50", "--preset", "paper", "--data", "unused", "--epochs", "3"])
+    command_line.main(["compare", "--benchmark", "core50", "--preset", "paper", "--data", "unused", "--epochs", "3"])
     config = configs[-1]
     assert (config.preset, config.epochs) == ("paper", 3)  # the flag given overrides the preset
     assert (config.ranks, config.ks, config.batch_size, config.color_lr, config.weight_decay, config.backbone) == (
         (64,), (5,), 128, 0.02, 2e-4, "vit_base_patch16_224.augreg_in21k")
     assert config_record(config)["preset_settings"] == json.loads(json.dumps(PAPER["core50"]))
-    command_line.main(["--benchmark", "split_cifar100", "--preset", "paper", "--data", "unused"])
+    command_line.main(["compare", "--benchmark", "split_cifar100", "--preset", "paper", "--data", "unused"])
     assert (configs[-1].epochs, configs[-1].color_lr, configs[-1].ks) == (50, 0.01, (20,))
-    command_line.main(["--benchmark", "domainnet", "--data", "unused"])  # no preset: the runner's defaults
+    command_line.main(["compare", "--benchmark", "domainnet", "--data", "unused"])  # no preset: the runner's defaults
     assert (configs[-1].preset, configs[-1].ranks, configs[-1].weight_decay) == (None, (8,), None)
 
 
-def test_a_benchmark_without_the_preset_is_refused(capsys):
-    with pytest.raises(SystemExit):
-        command_line.main(["--benchmark", "pacs", "--preset", "paper"])
-    assert "preset 'paper' has no settings for benchmark 'pacs'; it has them for ['core50', 'domainnet', " \
-           "'split_cifar100']" in capsys.readouterr().err
-    with pytest.raises(ValueError, match="no settings for benchmark 'digits_class'"):
-        ComparisonConfig.from_preset("paper", benchmark="digits_class")
+def test_a_benchmark_without_the_preset_is_refused():
+    with pytest.raises(SystemExit) as refused:
+        command_line.main(["compare", "--benchmark", "pacs", "--preset", "paper"])
+    assert str(refused.value) == ("avalanche-color compare: error: --preset paper: has no settings for benchmark "
+                                  "'pacs': it has them for ['core50', 'domainnet', 'split_cifar100']")
+    with pytest.raises(RunConfigError, match="no settings for benchmark 'digits_class'"):
+        RunConfig.from_preset("paper", benchmark="digits_class")
 
 
 def test_preset_values_land_in_results_json(tiny_backbone, tmp_path, monkeypatch):
     # A preset for the digits (the paper's benchmarks need their data): the runner end to end.
     monkeypatch.setitem(PAPER, "digits_class", dict(epochs=2, batch_size=64, ranks=(2,), weight_decay=1e-3))
-    monkeypatch.setattr(command_line, "SCRATCH", tmp_path)
-    command_line.main(["--benchmark", "digits_class", "--preset", "paper", "--methods", "NCM", "--epochs", "1",
-                       "--backbone", tiny_backbone, "--name", "preset", "--loggers"])
+    command_line.main(["compare", "--benchmark", "digits_class", "--preset", "paper", "--methods", "NCM",
+                       "--epochs", "1", "--backbone", tiny_backbone, "--name", "preset", "--loggers",
+                       "--out-dir", str(tmp_path)])
     saved = json.loads((tmp_path / "preset" / "results.json").read_text())["config"]
     assert saved["preset"] == "paper"
     assert saved["preset_settings"] == {"epochs": 2, "batch_size": 64, "ranks": [2], "weight_decay": 1e-3}

@@ -18,12 +18,12 @@ import torch
 from PIL import Image
 from torchvision.transforms import v2
 
-import benchmarks.streams.archives
-import benchmarks.streams.offline
-from benchmarks.streams.offline import PACS_CLASSES, PACS_DOMAINS, load_pacs, pacs, split_tiny_imagenet
-from benchmarks.streams.paper import DOMAINNET_DOMAINS, core50_ni, domainnet, split_cifar100
-from benchmarks.streams.registry import benchmark_spec
-from benchmarks.streams.transforms import paper_transforms, vit_transforms
+import avalanche_color.benchmarks.archives
+import avalanche_color.benchmarks.offline
+from avalanche_color.benchmarks.offline import PACS_CLASSES, PACS_DOMAINS, load_pacs, pacs, split_tiny_imagenet
+from avalanche_color.benchmarks.paper import DOMAINNET_DOMAINS, core50_ni, domainnet, split_cifar100
+from avalanche_color.benchmarks.registry import benchmark_spec
+from avalanche_color.benchmarks.transforms import paper_transforms, vit_transforms
 from paper_data import jpeg, use_md5_sums, write_cifar100, write_core50, write_domainnet
 
 SIZE = 16  # the images' side in the streams (PACS and DomainNet); Tiny-ImageNet uses TINY_SIZE
@@ -204,7 +204,7 @@ def test_pacs_decodes_once_into_the_cache(pacs_zip, tmp_path, monkeypatch):
     data = load_pacs(pacs_zip, image_size=SIZE, cache_dir=tmp_path)
     assert data["images"].dtype == torch.uint8 and data["images"].shape[1:] == (3, SIZE, SIZE)
     assert len(data["labels"]) == 7 * sum(PACS_PER_CLASS.values())  # the __MACOSX entry is skipped
-    monkeypatch.setattr(benchmarks.streams.offline, "decode_images", lambda *a: pytest.fail("decoded again"))
+    monkeypatch.setattr(avalanche_color.benchmarks.offline, "decode_images", lambda *a: pytest.fail("decoded again"))
     pacs(pacs_zip, image_size=SIZE, domains=("photo",), cache_dir=tmp_path, **NORM)
 
 
@@ -318,7 +318,7 @@ def test_split_tiny_imagenet_refuses_an_archive_without_200_classes(tmp_path, ca
 
 
 def test_registry_builds_the_offline_streams_with_its_keywords(pacs_zip, tiny_imagenet, tmp_path, monkeypatch):
-    monkeypatch.setattr(benchmarks.streams.archives, "CACHE_DIR", tmp_path)  # the default cache, read at call time
+    monkeypatch.setattr(avalanche_color.benchmarks.archives, "CACHE_DIR", tmp_path)  # the default cache, read at call time
     benchmark = benchmark_spec("pacs").build(pacs_zip, SIZE, NORM["mean"], NORM["std"], 0, True, None)
     assert [e.task_label for e in benchmark.train_stream] == [0, 1, 2, 3]
     benchmark = benchmark_spec("split_tiny_imagenet").build(tiny_imagenet, TINY_SIZE, NORM["mean"], NORM["std"],
@@ -450,10 +450,10 @@ def test_core50_that_cannot_be_downloaded_is_a_clear_error(tmp_path, monkeypatch
 
 
 def test_data_location_from_the_argument_the_environment_or_a_download(tmp_path, monkeypatch):
-    from benchmarks.streams import archives
+    from avalanche_color.benchmarks import archives
 
     monkeypatch.delenv(archives.DATA_ENV, raising=False)
-    monkeypatch.setattr(archives, "DOWNLOAD_DIR", tmp_path / "downloads")
+    monkeypatch.setattr(archives, "CACHE_DIR", tmp_path)  # downloads go to its downloads/ folder
     assert archives.data_path(tmp_path / "given.zip", "pacs.zip", "PACS", "") == tmp_path / "given.zip"
     with pytest.raises(FileNotFoundError, match="PACS is not given: pass --data PATH .* AVALANCHE_COLOR_DATA .* pacs.zip"):
         archives.data_path(None, "pacs.zip", "PACS", "PACS is published at somewhere")
@@ -474,3 +474,12 @@ def test_data_location_from_the_argument_the_environment_or_a_download(tmp_path,
     monkeypatch.setattr(archives, "download", offline)
     with pytest.raises(FileNotFoundError, match="downloading http://example.org/other.zip failed .*unreachable.*--data"):
         archives.data_path(None, "tiny-32px.zip", "Tiny", "", "http://example.org/other.zip")
+
+
+def test_a_damaged_zip_is_refused_naming_its_path(tmp_path):
+    from avalanche_color.benchmarks.archives import Archive
+
+    damaged = tmp_path / "pacs.zip"
+    damaged.write_bytes(b"PK\x03\x04 and then nothing a zip reader can use")
+    with pytest.raises(ValueError, match=f"data path '{damaged}' is not a readable zip file"):
+        Archive(damaged)

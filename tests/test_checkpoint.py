@@ -212,12 +212,11 @@ def test_sigkill_inside_experience_3_then_resume_gives_the_uninterrupted_results
 
 def test_runner_resume_gives_the_uninterrupted_accuracy_matrix(tiny_backbone, tmp_path, monkeypatch):
     from avalanche_color import CoLoR
-    from benchmarks.compare import ComparisonConfig, run_comparison
+    from avalanche_color.runner import RunConfig, run_comparison
 
     def config(out, **overrides):
-        return ComparisonConfig(benchmark="digits_class", methods=("CoLoR",), epochs=2, batch_size=64,
-                                backbone=tiny_backbone, out=out, ranks=(2,), loggers=(), checkpoint_epochs=1,
-                                **overrides)
+        return RunConfig(benchmark="digits_class", methods=("CoLoR",), epochs=2, batch_size=64,
+                         backbone=tiny_backbone, out=out, ranks=(2,), loggers=(), checkpoint_epochs=1, **overrides)
 
     expected = run_comparison(config(tmp_path / "full"), progress=False)["runs"][0]
 
@@ -233,7 +232,9 @@ def test_runner_resume_gives_the_uninterrupted_accuracy_matrix(tiny_backbone, tm
     with pytest.raises(KeyboardInterrupt):
         run_comparison(config(tmp_path / "resumed"), progress=False)
     monkeypatch.setattr(CoLoR, "training_epoch", original)
-    header = read_header(tmp_path / "resumed" / "checkpoints" / "CoLoR_seed0.ckpt")
+    # The interrupted comparison's checkpoints wait in its attempt folder; the folder has no results yet.
+    header = read_header(tmp_path / "resumed" / "attempt" / "checkpoints" / "CoLoR_seed0.ckpt")
+    assert not (tmp_path / "resumed" / "results.json").exists()
     assert (header["experiences_done"], header["epochs_done"]) == (2, 1)
 
     resumed = run_comparison(config(tmp_path / "resumed", resume=True), progress=False)["runs"][0]

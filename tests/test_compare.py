@@ -9,16 +9,16 @@ import warnings
 import pytest
 import wandb
 
-from benchmarks.compare import ComparisonConfig, run_comparison
-from benchmarks.reporting import forgetting, weighted_mean
+from avalanche_color.runner import RunConfig, RunConfigError, run_comparison
+from avalanche_color.runner.report import forgetting, weighted_mean
 from offline_wandb import exit_code, offline_run_files, offline_wandb, summary  # noqa: F401 (fixture)
 
 
-def tiny_config(backbone: str, out, **overrides) -> ComparisonConfig:
+def tiny_config(backbone: str, out, **overrides) -> RunConfig:
     settings = dict(benchmark="digits_class", methods=("CoLoR", "CoLoR-oracle", "Naive"), epochs=1,
                     batch_size=64, backbone=backbone, out=out, ranks=(2,))
     settings.update(overrides)
-    return ComparisonConfig(**settings)
+    return RunConfig(**settings)
 
 
 def test_runner_writes_every_result_and_log(tiny_backbone, tmp_path):
@@ -77,7 +77,7 @@ def test_metrics_from_the_accuracy_matrix():
 @pytest.mark.parametrize("field, value, message", [
     ("benchmark", "mnist", "benchmark must be one of"),
     ("methods", ("CoLoR", "iCaRL"), "methods must be among"),
-    ("ranks", (0,), "each of ranks must be an integer >= 1, got 0"),
+    ("ranks", (0,), r"ranks must each be an integer >= 1, got \(0,\)"),
     ("seeds", (), "seeds must not be empty"),
     ("loggers", ("stdout",), "loggers must be among"),
     ("prototypes_per_class", 0, "prototypes_per_class must be an integer >= 1, got 0"),
@@ -85,8 +85,9 @@ def test_metrics_from_the_accuracy_matrix():
     ("seeds", 0, "seeds must be a tuple or list, got 0"),
 ])
 def test_bad_configuration_is_refused(field, value, message, tmp_path):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(RunConfigError, match=message) as refused:
         tiny_config("unused", tmp_path, **{field: value})
+    assert refused.value.field == field and refused.value.value == value
 
 
 def test_runner_logs_each_run_to_its_own_offline_wandb_run(tiny_backbone, tmp_path, offline_wandb):
@@ -100,6 +101,25 @@ def test_runner_logs_each_run_to_its_own_offline_wandb_run(tiny_backbone, tmp_pa
         assert logged["average_accuracy"] == pytest.approx(run["average_accuracy"])
         assert logged["trainable_parameters_per_experience"] == run["trainable_parameters_per_experience"]
         assert exit_code(run_file) == 0
+    # Each run's config holds its method's own options, as its strategy got them.
+    color, naive = (run_config(run_file) for run_file in run_files)
+    assert (color["method"], color["seed"], color["rank"], color["k"], color["lr"], color["routing"]) == (
+        "CoLoR", 0, 2, 4, 0.05, "backbone")
+    assert (naive["method"], naive["lr"], naive["momentum"]) == ("Naive", 0.01, 0.9) and "rank" not in naive
+    assert color["comparison"]["benchmark"] == "digits_class"
+
+
+def run_config(run_file) -> dict:
+    """The config a W&B run recorded (its offline file's run and config records)."""
+    from offline_wandb import leveldb_records
+
+    values: dict = {}
+    for record in leveldb_records(run_file):
+        kind = record.WhichOneof("record_type")
+        items = record.run.config.update if kind == "run" else record.config.update if kind == "config" else []
+        values.update({item.key: json.loads(item.value_json) for item in items})
+    return {key: value.get("value", value) if isinstance(value, dict) and "value" in value else value
+            for key, value in values.items() if not key.startswith("_")}
 
 
 def test_wandb_keeps_each_runs_history_and_summary_out_of_the_terminal(tiny_backbone, tmp_path, offline_wandb,
@@ -114,18 +134,19 @@ def test_wandb_keeps_each_runs_history_and_summary_out_of_the_terminal(tiny_back
 
 @pytest.mark.parametrize("method", ["CoLoR", "CoLoR++", "S-Prompts"])
 def test_per_class_prototypes_reach_the_prototype_routed_methods(method, tiny_backbone):
-    from benchmarks.backbones import load_backbone
-    from benchmarks.compare.methods import Budget, Hyperparameters, build_strategy
+    from avalanche_color.runner.backbones import load_backbone
+    from avalanche_color.runner.run import build_method
 
-    strategy = build_strategy(method, lambda classes: load_backbone(tiny_backbone), 10, Budget(epochs=1),
-                              Hyperparameters(prototypes_per_class=3))
-    assert strategy.config.prototypes_per_class == 3
-    assert build_strategy(method, lambda classes: load_backbone(tiny_backbone), 10, Budget(epochs=1),
-                          Hyperparameters()).config.prototypes_per_class is None
+    def build(**settings):
+        config = RunConfig(benchmark="digits_class", epochs=1, **settings)
+        return build_method(method, config, lambda classes: load_backbone(tiny_backbone), 10)
+
+    assert build(prototypes_per_class=3).config.prototypes_per_class == 3
+    assert build().config.prototypes_per_class is None
 
 
 def test_the_runner_hides_avalanche_deprecations_about_its_own_code_and_no_other_warning(monkeypatch):
-    from benchmarks.compare.__main__ import hide_avalanche_deprecations
+    from avalanche_color.runner.cli import hide_avalanche_deprecations
 
     shown = []
     monkeypatch.setattr(warnings, "showwarning", lambda message, *_, **__: shown.append(str(message)))
@@ -150,7 +171,7 @@ def test_forgetting_is_avalanches_stream_forgetting_also_for_a_test_stream_unlik
     from avalanche.training import Naive
     from avalanche.training.plugins import EvaluationPlugin
 
-    from benchmarks.compare.run import PER_EXPERIENCE, evaluate_whole_stream
+    from avalanche_color.runner.run import PER_EXPERIENCE, evaluate_whole_stream
 
     generator = torch.Generator().manual_seed(0)
 

@@ -1,4 +1,5 @@
-"""--resume reuses a folder's runs only when the same settings, weights and code made them."""
+"""--resume reuses a folder's runs only when the same settings, weights and code made them; a
+fresh start works in an attempt folder and replaces the folder's results only when it completes."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ import pytest
 import torch
 from torch import nn
 
-from benchmarks.compare import ComparisonConfig
-from benchmarks.compare.provenance import claim_folder, provenance
+from avalanche_color.runner import RunConfig, RunConfigError
+from avalanche_color.runner.attempt import check_folder, complete_attempt, start_attempt
+from avalanche_color.runner.provenance import provenance
 
 
 def record(model=None, **settings):
     torch.manual_seed(0)
-    config = ComparisonConfig(benchmark="digits_class", loggers=(), **settings)
+    config = RunConfig(benchmark="digits_class", loggers=(), **settings)
     return provenance(config, model or nn.Linear(3, 2), "cpu")
 
 
@@ -29,27 +31,47 @@ def test_what_a_run_computes_changes_the_record_and_what_selects_runs_does_not()
     assert record(other_weights)["backbone"] != base["backbone"]
 
 
-def test_resume_refuses_runs_made_with_other_settings(tmp_path):
-    claim_folder(tmp_path, record(epochs=2), resume=False)
-    (tmp_path / "runs" / "CoLoR_seed0.json").write_text("{}")
-    claim_folder(tmp_path, record(epochs=2), resume=True)  # the same: reused
-    assert (tmp_path / "runs" / "CoLoR_seed0.json").exists()
-    with pytest.raises(ValueError, match="different settings; run without --resume"):
-        claim_folder(tmp_path, record(epochs=3), resume=True)
+def test_resume_continues_the_same_settings_and_refuses_others_naming_the_setting_and_the_fix(tmp_path):
+    attempt = start_attempt(tmp_path, record(epochs=2), resume=False)
+    (attempt / "runs" / "CoLoR_seed0.json").write_text("{}")
+    check_folder(tmp_path, record(epochs=2), resume=True)  # the same: continued
+    assert start_attempt(tmp_path, record(epochs=2), resume=True) == attempt
+    assert (attempt / "runs" / "CoLoR_seed0.json").exists()
+    with pytest.raises(RunConfigError, match="made with a different epochs; run without --resume .* or pass "
+                                             "another --name") as refused:
+        check_folder(tmp_path, record(epochs=3), resume=True)
+    assert refused.value.field == "resume"
 
 
 def test_resume_refuses_runs_that_do_not_say_what_made_them(tmp_path):
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "CoLoR_seed0.json").write_text("{}")
-    with pytest.raises(ValueError, match="do not say what produced them"):
-        claim_folder(tmp_path, record(), resume=True)
+    with pytest.raises(RunConfigError, match="do not say what produced them"):
+        check_folder(tmp_path, record(), resume=True)
 
 
-def test_a_fresh_start_clears_earlier_runs_and_checkpoints_and_stamps_the_folder(tmp_path):
-    for stale in ("runs/CoLoR_seed0.json", "checkpoints/CoLoR_seed0.ckpt"):
-        (tmp_path / stale).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / stale).write_text("old")
-    claim_folder(tmp_path, record(), resume=False)
-    assert not (tmp_path / "checkpoints").exists()
-    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["provenance.json"]
+def test_a_fresh_start_leaves_the_folder_as_it_was_until_it_completes_then_replaces_its_runs(tmp_path):
+    earlier = {"runs/CoLoR_seed0.json": "old", "checkpoints/CoLoR_seed0.ckpt": "old", "logs/CoLoR_seed0/log.txt": "old",
+               "logs/Naive_seed0/log.txt": "kept", "results.json": "old"}
+    for name, text in earlier.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    check_folder(tmp_path, record(), resume=False)
+    attempt = start_attempt(tmp_path, record(), resume=False)
+    assert all((tmp_path / name).read_text() == text for name, text in earlier.items())  # nothing changed yet
+    (attempt / "runs" / "CoLoR_seed1.json").write_text("new")
+    (attempt / "logs" / "CoLoR_seed0").mkdir(parents=True)
+    (attempt / "logs" / "CoLoR_seed0" / "log.txt").write_text("new")
+    complete_attempt(tmp_path, attempt)
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["CoLoR_seed1.json", "provenance.json"]
     assert json.loads((tmp_path / "runs" / "provenance.json").read_text()) == record()
+    assert not (tmp_path / "checkpoints").exists() and not attempt.exists()
+    assert (tmp_path / "logs" / "CoLoR_seed0" / "log.txt").read_text() == "new"
+    assert (tmp_path / "logs" / "Naive_seed0" / "log.txt").read_text() == "kept"
+
+
+def test_resuming_a_completed_comparison_carries_its_runs_into_the_attempt(tmp_path):
+    complete_attempt(tmp_path, start_attempt(tmp_path, record(), resume=False))
+    (tmp_path / "runs" / "CoLoR_seed0.json").write_text("{}")
+    attempt = start_attempt(tmp_path, record(), resume=True)
+    assert (attempt / "runs" / "CoLoR_seed0.json").read_text() == "{}"

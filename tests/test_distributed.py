@@ -107,14 +107,14 @@ def test_evaluation_refuses_fewer_samples_than_ranks():
 
 
 def test_comparison_runner_under_torchrun_matches_a_single_process_run(tiny_backbone, tmp_path, one_thread):
-    from benchmarks.compare import ComparisonConfig, run_comparison
+    from avalanche_color.runner import RunConfig, run_comparison
 
     out = tmp_path / "two_ranks"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), os.environ.get("PYTHONPATH", "")]),
            "OMP_NUM_THREADS": "1"}
     # --batch-size is per process: 2 x 32 is the single-process run's 64.
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-               "-m", "benchmarks.compare", "--benchmark", "digits_class", "--methods", "CoLoR", "--epochs", "1",
+               "-m", "avalanche_color.runner", "compare", "--benchmark", "digits_class", "--methods", "CoLoR", "--epochs", "1",
                "--batch-size", "32", "--backbone", tiny_backbone, "--rank", "2", "--name", str(out)]
     run = subprocess.run(command, cwd=TESTS.parent, env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-4000:]
@@ -125,18 +125,20 @@ def test_comparison_runner_under_torchrun_matches_a_single_process_run(tiny_back
     assert sorted(p.name for p in (out / "runs").iterdir()) == ["CoLoR_seed0.json", "provenance.json"]
     assert (out / "logs" / "CoLoR_seed0" / "log.txt").exists()
 
-    single = run_comparison(ComparisonConfig(benchmark="digits_class", methods=("CoLoR",), epochs=1, batch_size=64,
-                                             backbone=tiny_backbone, out=tmp_path / "one", ranks=(2,), loggers=()),
+    single = run_comparison(RunConfig(benchmark="digits_class", methods=("CoLoR",), epochs=1, batch_size=64,
+                                      backbone=tiny_backbone, out=tmp_path / "one", ranks=(2,), loggers=()),
                             progress=False)["runs"][0]
     distributed = saved["runs"][0]
     assert abs(distributed["average_accuracy"] - single["average_accuracy"]) <= 0.05, (distributed, single)
     assert distributed["trainable_parameters_per_experience"] == single["trainable_parameters_per_experience"]
 
 
-def test_comparison_runner_refuses_methods_without_distributed_support(monkeypatch, tmp_path):
-    from benchmarks.compare import runner as compare
+def test_comparison_runner_refuses_methods_without_distributed_support(tmp_path):
+    from avalanche_color.runner import RunConfig, RunConfigError
+    from avalanche_color.runner.plan import check_distributed  # what the runner checks under torchrun first
 
-    monkeypatch.setattr(compare, "is_distributed", lambda: True)
-    config = compare.ComparisonConfig(benchmark="digits_class", methods=("CoLoR", "L2P", "Naive"), out=tmp_path)
-    with pytest.raises(ValueError, match=r"\['L2P', 'Naive'\] do not run under torchrun.*CoLoR"):
-        compare.run_comparison(config, progress=False)
+    config = RunConfig(benchmark="digits_class", methods=("CoLoR", "L2P", "Naive"), out=tmp_path)
+    with pytest.raises(RunConfigError, match=r"\['L2P', 'Naive'\] under torchrun.*CoLoR"):
+        check_distributed(config)
+    with pytest.raises(RunConfigError, match="resume is not supported under torchrun"):
+        check_distributed(RunConfig(benchmark="digits_class", methods=("CoLoR",), resume=True))

@@ -8,7 +8,8 @@ import torch
 import drop_in_cases
 from avalanche_color import InfLoRA, InfLoRAConfig, InfLoRAViT
 from avalanche_color.peers.inf_lora.subspace import ProtectedSubspace, input_covariances
-from lora_sum_cases import (check_bad_options_are_refused, check_dtype, check_loader_options_reach_every_loader,
+from lora_sum_cases import (check_the_runner_reports_what_the_first_experience_trains,
+                            check_bad_options_are_refused, check_dtype, check_loader_options_reach_every_loader,
                             check_online_stream_with_task_boundaries,
                             check_positional_model_warns_as_avalanche, check_pretrained_round_trip,
                             check_resume_equals_uninterrupted, check_signature_agrees_with_config,
@@ -133,17 +134,20 @@ def test_the_model_given_positionally_warns_as_in_avalanche():
 
 
 def test_frozen_branches_folded_into_the_weight_compute_what_the_low_rank_path_computes():
-    from avalanche_color.peers.lora_sum_layer import LoRASumQKV
+    from avalanche_color.peers.lora_sum.layer import LoRASumQKV, Mixing
 
     torch.manual_seed(0)
     layer = LoRASumQKV(torch.nn.Linear(16, 48), ("k", "v"))
     for _ in range(3):
         torch.nn.init.normal_(layer.add_component(2).B)
     x = torch.randn(4, 5, 16)
-    low_rank = layer(x)  # every branch requires gradients: each runs down and up
+    low_rank = layer(x, Mixing(low_rank=frozenset(range(3))))  # each branch runs down and up
     base = layer.base_layer(x)
+    merged = layer(x)  # all folded: one matmul with W + sum B A
+    assert torch.equal(layer(x, Mixing(low_rank=frozenset({5}))), merged)  # what runs low-rank is the argument alone
     layer.components.requires_grad_(False)
-    merged = layer(x)  # all frozen: one matmul with W + sum B A
+    with torch.no_grad():  # neither requires_grad nor the grad mode changes the computation
+        assert torch.equal(layer(x, Mixing(low_rank=frozenset(range(3)))), low_rank)
     torch.testing.assert_close(merged, low_rank, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(merged[..., :16], base[..., :16])  # q is not adapted
     assert (merged[..., 16:] - base[..., 16:]).abs().max() > 0.1  # k and v are
@@ -151,3 +155,7 @@ def test_frozen_branches_folded_into_the_weight_compute_what_the_low_rank_path_c
 
 def test_loader_options_reach_every_loader(monkeypatch):
     check_loader_options_reach_every_loader(InfLoRA, monkeypatch)
+
+
+def test_the_runner_reports_what_the_first_experience_trains():
+    check_the_runner_reports_what_the_first_experience_trains(InfLoRA)

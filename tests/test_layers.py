@@ -21,7 +21,13 @@ LAYERS: list[set[str]] = [
     {"training"},
     {"color", "peers"},
     {"evaluation"},
+    {"benchmarks"},  # the streams the runner runs on
+    {"runner"},  # the comparison runner: uses the public API (below), never the layers' modules
 ]
+# Modules of the package a layer may import besides its own folder and lower layers' folders:
+# the runner, on top, uses what a user can (the top-level API and the backbones module).
+PUBLIC_API_USERS = {"runner"}
+PUBLIC_MODULES = {"avalanche_color", "avalanche_color.backbones"}
 RANK = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
 
 
@@ -58,6 +64,10 @@ def upward_imports(source: str, module: str, is_package: bool = False) -> list[s
             continue  # another library, or the top-level API, which imports everything
         target = parts[1] if len(parts) > 1 else None
         if target == own:
+            continue
+        if own in PUBLIC_API_USERS:
+            if imported not in PUBLIC_MODULES and target not in ("benchmarks",):
+                problems.append(f"{module}:{line} imports {imported}, which is not public API")
             continue
         if target is None or RANK[target] >= RANK[own]:
             problems.append(f"{module}:{line} imports {imported}")
@@ -100,3 +110,20 @@ def test_the_check_allows_own_folder_and_lower_layers() -> None:
     assert upward_imports("from avalanche_color.peers.prompts import new_prompts",
                           "avalanche_color.color.model") == ["avalanche_color.color.model:1 imports "
                                                              "avalanche_color.peers.prompts"]
+
+
+def test_the_runner_uses_the_public_api_and_its_streams_only():
+    assert upward_imports("from avalanche_color import CoLoR\nfrom avalanche_color.benchmarks import BENCHMARKS",
+                          "avalanche_color.runner.run") == []
+    assert upward_imports("from avalanche_color.training.resume import train_stream",
+                          "avalanche_color.runner.run") == ["avalanche_color.runner.run:1 imports "
+                                                            "avalanche_color.training.resume, which is not public API"]
+
+
+def test_the_package_never_imports_the_repositorys_development_tools():
+    """The installed package holds the runner and its streams; the clone's benchmarks/ folder is not installed."""
+    problems = [f"{path.relative_to(PACKAGE.parent)}:{line} imports {name}"
+                for path in _package_files()
+                for line, name in _imported_modules(path.read_text(), _module_name(path), path.name == "__init__.py")
+                if name.split(".")[0] == "benchmarks"]
+    assert problems == []

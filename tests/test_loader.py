@@ -92,14 +92,14 @@ def test_loader_options_show_in_the_signature_with_safe_defaults(strategy_class)
 @pytest.mark.parametrize("method", ["CoLoR", "Naive", "NCM", "RanPAC", "Joint-FT"])
 def test_the_comparison_runner_gives_its_workers_to_every_loader_of_every_method(method, tiny_backbone, tmp_path,
                                                                                    loaded, one_thread):
-    from benchmarks.compare import ComparisonConfig, run_comparison
+    from avalanche_color.runner import RunConfig, run_comparison
 
-    run_comparison(ComparisonConfig(benchmark="digits_class", methods=(method,), epochs=1, batch_size=64,
-                                    backbone=tiny_backbone, out=tmp_path, ranks=(2,), ridge_width=64, workers=2),
+    run_comparison(RunConfig(benchmark="digits_class", methods=(method,), epochs=1, batch_size=64,
+                             backbone=tiny_backbone, out=tmp_path, ranks=(2,), ridge_width=64, workers=2),
                    progress=False)
     assert loaded and {workers for workers, _, _ in loaded} == {2}
     with pytest.raises(ValueError, match="workers must be an integer >= 0, got -1"):
-        ComparisonConfig(benchmark="digits_class", workers=-1)
+        RunConfig(benchmark="digits_class", workers=-1)
 
 
 def test_the_perf_loader_rows_load_transformed_photos():

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.compare import ComparisonConfig, run_comparison
-from benchmarks.compare.config import methods_allowed
-from benchmarks.compare.methods import METHODS
-from benchmarks.streams.paper import DOMAINNET_DOMAINS
+from avalanche_color.benchmarks import benchmark_spec
+from avalanche_color.benchmarks.paper import DOMAINNET_DOMAINS
+from avalanche_color.runner import METHODS, RunConfig, run_comparison
+from avalanche_color.runner.methods import methods_allowed
 from helpers import saved_vit
 from paper_data import use_md5_sums, write_cifar100, write_core50, write_domainnet
 
@@ -37,11 +37,11 @@ def fake_data(benchmark: str, root: Path, monkeypatch) -> Path:
     return root
 
 
-def config(benchmark: str, data: Path, backbone: str, out: Path, **overrides) -> ComparisonConfig:
+def config(benchmark: str, data: Path, backbone: str, out: Path, **overrides) -> RunConfig:
     # k=2 and a narrow ridge keep the k-means and the ridge solves cheap on a few fake images.
-    settings = dict(benchmark=benchmark, methods=methods_allowed(benchmark), epochs=1, batch_size=32,
+    settings = dict(benchmark=benchmark, methods=methods_allowed(benchmark_spec(benchmark)), epochs=1, batch_size=32,
                     backbone=backbone, data=data, out=out, ranks=(2,), ks=(2,), ridge_width=64, loggers=())
-    return ComparisonConfig(**{**settings, **overrides})
+    return RunConfig(**{**settings, **overrides})
 
 
 @pytest.mark.parametrize("benchmark", ["split_cifar100", "core50", "domainnet"])
@@ -49,7 +49,7 @@ def test_every_allowed_method_runs_to_the_end(benchmark, small_backbone, tmp_pat
     data = fake_data(benchmark, tmp_path / "data", monkeypatch)
     result = run_comparison(config(benchmark, data, small_backbone, tmp_path / "out"), progress=False)
     runs = {run["label"]: run for run in result["runs"]}
-    assert list(runs) == list(methods_allowed(benchmark))
+    assert list(runs) == list(methods_allowed(benchmark_spec(benchmark)))
     tests = {"split_cifar100": 10, "core50": 1, "domainnet": 6}[benchmark]
     trains = {"split_cifar100": 10, "core50": 8, "domainnet": 6}[benchmark]
     for run in runs.values():
@@ -69,49 +69,51 @@ def test_every_allowed_method_runs_to_the_end(benchmark, small_backbone, tmp_pat
         assert 0.0 <= routed <= 1.0 and runs["CoLoR-oracle"]["routing_accuracy"] == 1.0
 
 
-def test_core50_refuses_oracle_routing_before_any_run(tmp_path, capsys):
-    from benchmarks.compare.__main__ import main
+def test_core50_refuses_oracle_routing_before_any_run(tmp_path):
+    from avalanche_color.runner.cli import main
 
-    with pytest.raises(SystemExit):
-        main(["--benchmark", "core50", "--data", str(tmp_path), "--methods", "CoLoR", "CoLoR-oracle"])
-    error = capsys.readouterr().err.strip().splitlines()[-1]
-    assert "methods ['CoLoR-oracle'] cannot run on benchmark 'core50'" in error and "no task label" in error
-    assert set(methods_allowed("core50")) == set(METHODS) - {"CoLoR-oracle"}
-    assert methods_allowed("domainnet") == METHODS
+    with pytest.raises(SystemExit) as refused:
+        main(["compare", "--benchmark", "core50", "--data", str(tmp_path), "--methods", "CoLoR", "CoLoR-oracle",
+              "--out-dir", str(tmp_path / "runs")])
+    error = str(refused.value)
+    assert error.startswith("avalanche-color compare: error: --methods CoLoR CoLoR-oracle: cannot hold "
+                            "['CoLoR-oracle'] on benchmark 'core50'") and "no task label" in error
+    assert "\n" not in error and not (tmp_path / "runs").exists()
+    assert set(methods_allowed(benchmark_spec("core50"))) == set(METHODS) - {"CoLoR-oracle"}
+    assert methods_allowed(benchmark_spec("domainnet")) == METHODS
 
 
 def test_an_interrupted_core50_comparison_resumes_to_the_uninterrupted_results(small_backbone, tmp_path,
                                                                                 monkeypatch, one_thread):
-    import benchmarks.compare.run as run_module
+    from avalanche_color.runner.methods import REGISTRY
 
     data = fake_data("core50", tmp_path / "data", monkeypatch)
     methods = ("CoLoR", "CoLoR++", "NCM")
     expected = run_comparison(config("core50", data, small_backbone, tmp_path / "whole", methods=methods),
                               progress=False)["runs"]
 
-    build = run_module.build_strategy
+    entry = REGISTRY["CoLoR++"]
 
-    def interrupted(method, *args, **kwargs):  # CoLoR++ stops while training its third session
-        strategy = build(method, *args, **kwargs)
-        if method == "CoLoR++":
-            train, calls = strategy.train, []
+    def interrupted(*args, **kwargs):  # CoLoR++ stops while training its third session
+        strategy = entry.build(*args, **kwargs)
+        train, calls = strategy.train, []
 
-            def train_until_interrupted(*train_args, **train_kwargs):
-                calls.append(1)
-                if len(calls) == 3:
-                    raise KeyboardInterrupt
-                return train(*train_args, **train_kwargs)
-            strategy.train = train_until_interrupted
+        def train_until_interrupted(*train_args, **train_kwargs):
+            calls.append(1)
+            if len(calls) == 3:
+                raise KeyboardInterrupt
+            return train(*train_args, **train_kwargs)
+        strategy.train = train_until_interrupted
         return strategy
 
     out = tmp_path / "interrupted"
-    monkeypatch.setattr(run_module, "build_strategy", interrupted)
+    monkeypatch.setitem(REGISTRY, "CoLoR++", dataclasses.replace(entry, build=interrupted))
     with pytest.raises(KeyboardInterrupt):
         run_comparison(config("core50", data, small_backbone, out, methods=methods), progress=False)
-    first = json.loads((out / "runs" / "CoLoR_seed0.json").read_text())
-    assert not (out / "results.json").exists() and (out / "checkpoints" / "CoLoR++_seed0.ckpt").exists()
+    first = json.loads((out / "attempt" / "runs" / "CoLoR_seed0.json").read_text())
+    assert not (out / "results.json").exists() and (out / "attempt" / "checkpoints" / "CoLoR++_seed0.ckpt").exists()
 
-    monkeypatch.setattr(run_module, "build_strategy", build)
+    monkeypatch.setitem(REGISTRY, "CoLoR++", entry)
     resumed = run_comparison(config("core50", data, small_backbone, out, methods=methods, resume=True),
                              progress=False)["runs"]
     assert resumed[0] == first  # read back, not run again
@@ -126,21 +128,17 @@ def test_an_interrupted_core50_comparison_resumes_to_the_uninterrupted_results(s
                                                       ("domainnet", 1e-3, 50, 5)])
 def test_the_paper_preset_trains_and_feeds_colour_as_its_table_says(benchmark, lr, epochs, k, small_backbone,
                                                                        tmp_path, monkeypatch):
-    from benchmarks.backbones import load_backbone
-    from benchmarks.compare.methods import Budget, Hyperparameters, build_strategy
-    from benchmarks.compare.presets import PAPER_PIPELINE
-    from benchmarks.compare.run import build_stream
-    from benchmarks.streams.registry import benchmark_spec
+    from avalanche_color.runner.backbones import load_backbone
+    from avalanche_color.runner.presets import PAPER_PIPELINE
+    from avalanche_color.runner.run import build_method, build_stream
 
     data = fake_data(benchmark, tmp_path / "data", monkeypatch)
-    preset = ComparisonConfig.from_preset("paper", benchmark=benchmark, data=data, backbone=small_backbone)
+    preset = RunConfig.from_preset("paper", benchmark=benchmark, data=data, backbone=small_backbone)
     assert (preset.color_lr, preset.epochs, preset.ks, preset.ranks, preset.batch_size, preset.weight_decay) == (
         lr, epochs, (k,), (64,), 128, 2e-4)
     table = {setting: value for setting, value, _ in PAPER_PIPELINE}
     assert "SGD, momentum 0.9" == table["optimiser"] and "2e-4" == table["weight decay"]
-    hp = Hyperparameters(color_lr=preset.color_lr, color_rank=64, color_k=k, weight_decay=preset.weight_decay)
-    strategy = build_strategy("CoLoR", lambda classes: load_backbone(small_backbone), 10,
-                              Budget(preset.epochs, preset.batch_size), hp)
+    strategy = build_method("CoLoR", preset, lambda classes: load_backbone(small_backbone), 10)
     options = strategy.config
     assert (options.lr, options.momentum, options.weight_decay, options.rank, options.k) == (lr, 0.9, 2e-4, 64, k)
     assert (strategy.train_mb_size, strategy.train_epochs) == (128, epochs)
@@ -154,6 +152,6 @@ def test_the_paper_preset_trains_and_feeds_colour_as_its_table_says(benchmark, l
 
 def test_the_docs_show_the_paper_pipeline_table():
     from benchmarks import REPOSITORY
-    from benchmarks.compare.presets import pipeline_table
+    from avalanche_color.runner.presets import pipeline_table
 
     assert pipeline_table() in (REPOSITORY / "docs" / "benchmarks" / "runner.md").read_text()

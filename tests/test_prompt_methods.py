@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from avalanche_color import L2P, SPrompts
-from benchmarks.compare import ComparisonConfig, run_comparison
-from benchmarks.compare.plan import plan_runs
-from benchmarks.compare.methods import METHODS, Budget, Hyperparameters, build_strategy, trainable_parameters_per_experience
-from benchmarks.streams.registry import benchmark_spec
+from avalanche_color.benchmarks import benchmark_spec
+from avalanche_color.runner import METHODS, RunConfig, run_comparison
+from avalanche_color.runner.plan import plan_runs
+from avalanche_color.runner.run import build_method, trainable_parameters_per_experience
 from streams import class_stream, tiny_vit
 
 
@@ -18,7 +18,8 @@ def test_prompt_methods_are_registered():
 
 @pytest.mark.parametrize("method, strategy_class", [("S-Prompts", SPrompts), ("L2P", L2P)])
 def test_build_strategy_uses_the_papers_prompt_sizes_and_counts_what_one_experience_trains(method, strategy_class):
-    strategy = build_strategy(method, lambda classes: tiny_vit(), 4, Budget(epochs=1, batch_size=16), Hyperparameters())
+    config = RunConfig(benchmark="digits_class", epochs=1, batch_size=16)
+    strategy = build_method(method, config, lambda classes: tiny_vit(), 4)
     assert isinstance(strategy, strategy_class)
     strategy.train(class_stream().train_stream[0])  # two classes
     width, head = 32, 32 * 2 + 2
@@ -30,16 +31,16 @@ def test_build_strategy_uses_the_papers_prompt_sizes_and_counts_what_one_experie
 
 
 def test_prompt_methods_run_for_every_seed_and_s_prompts_for_every_k(tmp_path):
-    config = ComparisonConfig(benchmark="digits_class", methods=("S-Prompts", "L2P", "Naive"), seeds=(0, 1),
-                              ks=(2, 4), out=tmp_path)
+    config = RunConfig(benchmark="digits_class", methods=("S-Prompts", "L2P", "Naive"), seeds=(0, 1), ks=(2, 4),
+                       out=tmp_path)
     plan = [(label, seed, k) for _, label, seed, _, k in plan_runs(config, benchmark_spec("digits_class"))]
     assert plan == [("S-Prompts k=2", 0, 2), ("S-Prompts k=2", 1, 2), ("S-Prompts k=4", 0, 4),
-                    ("S-Prompts k=4", 1, 4), ("L2P", 0, 2), ("L2P", 1, 2), ("Naive", 0, 2)]
+                    ("S-Prompts k=4", 1, 4), ("L2P", 0, None), ("L2P", 1, None), ("Naive", 0, None)]
 
 
 def test_runner_reports_prompt_methods_beside_color(tiny_backbone, tmp_path):
-    config = ComparisonConfig(benchmark="digits_class", methods=("CoLoR", "S-Prompts", "L2P"), epochs=1,
-                              batch_size=64, backbone=tiny_backbone, out=tmp_path, ranks=(2,), loggers=())
+    config = RunConfig(benchmark="digits_class", methods=("CoLoR", "S-Prompts", "L2P"), epochs=1,
+                       batch_size=64, backbone=tiny_backbone, out=tmp_path, ranks=(2,), loggers=())
     runs = {run["label"]: run for run in run_comparison(config, progress=False)["runs"]}
     assert list(runs) == ["CoLoR", "S-Prompts", "L2P"]
     assert runs["S-Prompts"]["k"] == 4 and runs["S-Prompts"]["routing_accuracy"] is not None

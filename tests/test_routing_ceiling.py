@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from benchmarks.compare import run_comparison
+from avalanche_color.runner import run_comparison
 from benchmarks.reporting.routing_ceiling import ceiling, expert_outputs, main
 from helpers import stream_metric, tiny_color
 from streams import class_stream

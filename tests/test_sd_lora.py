@@ -7,8 +7,9 @@ import torch
 
 import drop_in_cases
 from avalanche_color import SDLoRA, SDLoRAConfig, SDLoRAViT
-from avalanche_color.peers.lora_sum_layer import direction_norm
-from lora_sum_cases import (check_bad_options_are_refused, check_dtype, check_loader_options_reach_every_loader,
+from avalanche_color.peers.lora_sum.layer import direction_norm
+from lora_sum_cases import (check_the_runner_reports_what_the_first_experience_trains,
+                            check_bad_options_are_refused, check_dtype, check_loader_options_reach_every_loader,
                             check_online_stream_with_task_boundaries,
                             check_positional_model_warns_as_avalanche, check_pretrained_round_trip,
                             check_resume_equals_uninterrupted, check_signature_agrees_with_config,
@@ -100,3 +101,22 @@ def test_the_model_given_positionally_warns_as_in_avalanche():
 
 def test_loader_options_reach_every_loader(monkeypatch):
     check_loader_options_reach_every_loader(SDLoRA, monkeypatch)
+
+
+def test_what_trains_is_declared_not_read_back_from_requires_grad():
+    # A user's model.requires_grad_(True) changes neither the computation nor what the optimiser gets.
+    strategy = tiny(SDLoRA)
+    stream = class_stream(num_experiences=2, per_class=8).train_stream
+    for experience in stream:
+        strategy.train(experience)
+    model = strategy.model.eval()
+    x = torch.stack([stream[1].dataset[i][0] for i in range(4)])
+    declared = [id(p) for p in model.trainable_parameters()]
+    before = model(x)
+    model.requires_grad_(True)
+    assert torch.equal(model(x), before)
+    assert [id(p) for p in model.trainable_parameters()] == declared
+
+
+def test_the_runner_reports_what_the_first_experience_trains():
+    check_the_runner_reports_what_the_first_experience_trains(SDLoRA)

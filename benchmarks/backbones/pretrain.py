@@ -26,9 +26,9 @@ from torch import Tensor, nn
 from tqdm import tqdm
 
 from avalanche_color.utils.files import torch_save_atomically
-from benchmarks.backbones import OFFLINE_BACKBONE, save_backbone
-from benchmarks.streams.archives import CACHE_DIR
-from benchmarks.streams.tiny_imagenet import PRETRAIN_CLASSES, load_tiny_imagenet
+from avalanche_color.benchmarks.archives import CACHE_DIR
+from avalanche_color.benchmarks.tiny_imagenet import PRETRAIN_CLASSES, load_tiny_imagenet
+from avalanche_color.runner.backbones import OFFLINE_BACKBONE, save_backbone
 
 ARCHITECTURE = "vit_tiny_patch16_224"  # a registered timm ViT, resized by MODEL_KWARGS
 MEAN = STD = (0.5, 0.5, 0.5)

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import timm
 
-from benchmarks.backbones import DIGITS_BACKBONE, save_backbone
-from benchmarks.compare.provenance import weights_digest
-from benchmarks.streams.digits import DIGITS_VIT, digits_split, pretrained_vit
+from avalanche_color.benchmarks.digits import DIGITS_VIT, digits_split, pretrained_vit
+from avalanche_color.runner.backbones import DIGITS_BACKBONE, save_backbone
+from avalanche_color.runner.provenance import weights_digest
 
 EPOCHS = 60
 SEED = 0
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> None:
     weights = pretrained_vit(digits_split(SEED), epochs=EPOCHS, seed=SEED)
     model = timm.create_model(DIGITS_VIT["architecture"], pretrained=False, num_classes=0, **DIGITS_VIT["model_kwargs"])
     model.load_state_dict(weights)
-    # The streams centre the images around 0 (benchmarks.streams.digits.normalise).
+    # The streams centre the images around 0 (avalanche_color.benchmarks.digits.normalise).
     model.pretrained_cfg = {**model.pretrained_cfg, "mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5)}
     record = {"data": "scikit-learn's digits: the 30% held out from the streams (seed 0), 16 px, plain domain",
               "epochs": EPOCHS, "seed": SEED, "weights_digest": weights_digest(model)}

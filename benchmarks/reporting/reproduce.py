@@ -20,8 +20,11 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from benchmarks.compare.config import RESULTS, SCRATCH
-from benchmarks.reporting import by_label
+from avalanche_color.runner.report import by_label
+from benchmarks import REPOSITORY
+
+RESULTS = REPOSITORY / "benchmarks" / "results"  # the committed results (make main-publish writes them)
+SCRATCH = REPOSITORY / "runs"  # a fresh run's (make main writes them)
 
 TOLERANCE = 2.0  # standard deviations
 METRICS = ("average_accuracy", "forgetting")

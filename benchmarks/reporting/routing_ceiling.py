@@ -35,10 +35,9 @@ from avalanche_color.experts.model_state import restore_model_extras
 from avalanche_color.experts.routed_vit import RoutedExpertViT
 from avalanche_color.routing.class_router import ClassRouter
 from avalanche_color.training.checkpoint import read_checkpoint
-from benchmarks.backbones import load_backbone
-from benchmarks.compare.config import ComparisonConfig
-from benchmarks.compare.run import build_stream, slug
-from benchmarks.streams.registry import benchmark_spec
+from avalanche_color.benchmarks import benchmark_spec
+from avalanche_color.runner import RunConfig, build_stream, load_backbone
+from avalanche_color.runner.run import slug
 
 MODELS: dict[str, type[RoutedExpertViT]] = {"ExpertViT": ExpertViT, "PromptExpertViT": PromptExpertViT}
 
@@ -101,7 +100,7 @@ def ceiling(outputs: dict[str, Tensor], pair_experts: Optional[Tensor] = None,
 def trained_model(folder: Path, method: str, seed: int) -> tuple[RoutedExpertViT, Any]:
     """The run's model, loaded from its checkpoint, and its test stream, rebuilt from ``results.json``."""
     settings = json.loads((folder / "results.json").read_text())["config"]
-    config = ComparisonConfig(benchmark=settings["benchmark"], data=settings.get("data"),
+    config = RunConfig(benchmark=settings["benchmark"], data=settings.get("data"),
                               train_per_class=settings.get("train_per_class"),
                               normalisation=settings.get("normalisation", "backbone"))
     spec = benchmark_spec(config.benchmark)

@@ -19,7 +19,7 @@ module) the other way round: ``A_t`` (r x d) is designed and fixed, ``B_t`` (d x
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import ClassVar
 
 import torch
@@ -27,8 +27,8 @@ from torch import Tensor, nn
 
 from avalanche_color.peers.inf_lora.config import InfLoRAConfig
 from avalanche_color.peers.inf_lora.subspace import ProtectedSubspace, design_reduction
-from avalanche_color.peers.lora_sum_layer import Mixing, Part
-from avalanche_color.peers.lora_sum_model import LoRASumViT
+from avalanche_color.peers.lora_sum.layer import Mixing, Part
+from avalanche_color.peers.lora_sum.model import LoRASumViT
 
 
 class InfLoRAViT(LoRASumViT):
@@ -49,14 +49,20 @@ class InfLoRAViT(LoRASumViT):
         self.subspaces.to(self.device)
 
     def mixing(self) -> Mixing:
-        return Mixing()  # every branch with coefficient 1
+        training = self.training_component()  # every branch with coefficient 1; the one learning runs low-rank
+        return Mixing(low_rank=frozenset(() if training is None else (training,)))
 
-    def set_trainable(self) -> None:
-        """The current branch's B (its A is designed, not trained), and the head."""
-        super().set_trainable()
-        if len(self.finished) and not bool(self.finished[-1]):
+    def component_parameter_count(self, component: int) -> int:
+        """Its B in every layer (A is designed, not trained)."""
+        return sum(layer.components[component].B.numel() for layer in self.layers)
+
+    def trainable_parameters(self) -> Iterator[nn.Parameter]:
+        """The head, and the current branch's B (its A is designed, not trained)."""
+        yield from super().trainable_parameters()
+        training = self.training_component()
+        if training is not None:
             for layer in self.layers:
-                layer.components[-1].B.requires_grad_(True)
+                yield layer.components[training].B
 
     @torch.no_grad()
     def design_component(self, covariances: Sequence[Tensor]) -> None:

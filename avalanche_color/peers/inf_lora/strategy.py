@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from avalanche_color.peers.inf_lora.config import InfLoRAConfig, Optimizer, Schedule
 from avalanche_color.peers.inf_lora.model import InfLoRAViT
 from avalanche_color.peers.inf_lora.subspace import input_covariances
-from avalanche_color.peers.lora_sum_strategy import LoRASumTemplate
+from avalanche_color.peers.lora_sum.strategy import LoRASumTemplate
 from avalanche_color.training.loaders import data_loader, loader_options
 from avalanche_color.utils.experiences import origin_experience
 from avalanche_color.utils.rng import generators_untouched

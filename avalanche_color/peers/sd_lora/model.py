@@ -25,13 +25,14 @@ WuYichen-97/SD-Lora-CL, ``backbone/lora.py`` and ``models/sdlora.py``):
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import ClassVar
 
 import torch
 from torch import nn
 
-from avalanche_color.peers.lora_sum_layer import Mixing, Part
-from avalanche_color.peers.lora_sum_model import LoRASumViT
+from avalanche_color.peers.lora_sum.layer import Mixing, Part
+from avalanche_color.peers.lora_sum.model import LoRASumViT
 from avalanche_color.peers.sd_lora.config import SDLoRAConfig
 
 
@@ -52,8 +53,9 @@ class SDLoRAViT(LoRASumViT):
         self.magnitudes = nn.ParameterList()
 
     def mixing(self) -> Mixing:
+        training = self.training_component()
         return Mixing(magnitudes=list(self.magnitudes), normalised=self.finished.tolist(),
-                      norm=self.config.direction_norm)
+                      norm=self.config.direction_norm, low_rank=frozenset(() if training is None else (training,)))
 
     def next_rank(self) -> int:
         return self.config.rank_of(self.num_experts)
@@ -64,10 +66,16 @@ class SDLoRAViT(LoRASumViT):
         self.magnitudes.append(nn.Parameter(torch.full((), self.config.magnitude_init, dtype=weight.dtype,
                                                        device=weight.device)))
 
-    def set_trainable(self) -> None:
-        """The current direction's A and B, every magnitude, and the head."""
-        super().set_trainable()
-        self.magnitudes.requires_grad_(True)
-        if len(self.finished) and not bool(self.finished[-1]):
+    def component_parameter_count(self, component: int) -> int:
+        """Its A and B in every layer, and the magnitude of every direction so far (all of them learn)."""
+        factors = sum(p.numel() for layer in self.layers for p in layer.components[component].parameters())
+        return factors + component + 1
+
+    def trainable_parameters(self) -> Iterator[nn.Parameter]:
+        """The head, every magnitude, and the current direction's A and B."""
+        yield from super().trainable_parameters()
+        yield from self.magnitudes
+        training = self.training_component()
+        if training is not None:
             for layer in self.layers:
-                layer.components[-1].requires_grad_(True)
+                yield from layer.components[training].parameters()

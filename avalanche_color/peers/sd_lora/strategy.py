@@ -19,7 +19,7 @@ from avalanche.training.plugins import EvaluationPlugin
 from avalanche.training.plugins.evaluation import default_evaluator
 from torch import nn
 
-from avalanche_color.peers.lora_sum_strategy import LoRASumTemplate
+from avalanche_color.peers.lora_sum.strategy import LoRASumTemplate
 from avalanche_color.peers.sd_lora.config import DirectionNorm, Optimizer, Schedule, SDLoRAConfig
 from avalanche_color.peers.sd_lora.model import SDLoRAViT
 

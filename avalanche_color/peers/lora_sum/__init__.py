@@ -1,0 +1,1 @@
+"""What SD-LoRA and InfLoRA share: a sum of LoRA components in one ViT, one classifier, their training and files."""

@@ -1,0 +1,72 @@
+"""A trained SD-LoRA or InfLoRA model as a folder: ``weights.safetensors`` plus ``config.json``.
+
+The folder holds the model's :meth:`~LoRASumViT.experts_state_dict` (components, magnitudes or
+protected subspaces, head, class masks), never the backbone; ``config.json`` names the model
+class, its options and a digest of the backbone's weights. Loading builds the model on a copy
+of the backbone given, refuses another backbone or class, and predicts bit-identically.
+(CoLoR's own format, :mod:`avalanche_color.experts.pretrained`, is tied to routed experts.)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from avalanche_color.utils.digests import tensors_digest
+from avalanche_color.utils.files import PathLike, write_folder_atomically
+from avalanche_color.version import __version__
+
+if TYPE_CHECKING:
+    from avalanche_color.peers.lora_sum.model import LoRASumViT
+
+FORMAT = "avalanche_color.lora_sum"
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "weights.safetensors"
+Model = TypeVar("Model", bound="LoRASumViT")
+
+
+def backbone_digest(model: LoRASumViT) -> str:
+    """A digest of the frozen backbone's tensors (what the saved components were trained on)."""
+    learned = model.experts_state_dict()
+    return tensors_digest((k, v) for k, v in model.state_dict().items() if k not in learned)
+
+
+def save_folder(model: LoRASumViT, folder: PathLike) -> Path:
+    """Write ``model``'s learned state and ``config.json`` into ``folder``, atomically."""
+    config = {"format": FORMAT, "version": __version__, "model": type(model).__name__,
+              "options": model.config.as_dict(), "max_class_label": model.max_class_label,
+              "backbone": backbone_digest(model)}
+    tensors = {k: v.detach().cpu().contiguous().clone() for k, v in model.experts_state_dict().items()}
+
+    def write(new: Path) -> None:
+        save_file(tensors, str(new / WEIGHTS_FILE))
+        (new / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
+
+    return write_folder_atomically(folder, write, replaceable=(CONFIG_FILE, WEIGHTS_FILE))
+
+
+def load_folder(model_class: type[Model], folder: PathLike, backbone: nn.Module) -> Model:
+    """A ``model_class`` on a copy of ``backbone`` with the state saved in ``folder``, in eval mode."""
+    folder = Path(folder)
+    config_path = folder / CONFIG_FILE
+    if not config_path.is_file() or not (folder / WEIGHTS_FILE).is_file():
+        raise FileNotFoundError(f"{folder} is not a saved model: it needs {CONFIG_FILE} and {WEIGHTS_FILE} "
+                                f"(written by save_pretrained)")
+    saved = json.loads(config_path.read_text())
+    if not isinstance(saved, dict) or saved.get("format") != FORMAT:
+        raise ValueError(f"{config_path} is not a saved SD-LoRA or InfLoRA model (format {FORMAT!r})")
+    if saved["model"] != model_class.__name__:
+        raise ValueError(f"{folder} holds a {saved['model']}, not a {model_class.__name__}")
+    options = {k: tuple(v) if isinstance(v, list) else v for k, v in saved["options"].items()}
+    model = model_class(backbone, model_class.config_class(**options))
+    digest = backbone_digest(model)
+    if digest != saved["backbone"]:
+        raise ValueError(f"{folder} does not fit this backbone: its components were trained on another one "
+                         f"(weights digest {saved['backbone'][:12]}, this backbone's {digest[:12]})")
+    model.load_experts_state_dict(load_file(str(folder / WEIGHTS_FILE), device=str(model.device)))
+    model.max_class_label = max(model.max_class_label, int(saved["max_class_label"]))
+    return model.eval()

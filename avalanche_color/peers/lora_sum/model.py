@@ -1,0 +1,234 @@
+"""One shared ViT adapted by a sum of LoRA components, and one classifier over every class seen.
+
+The model of SD-LoRA and InfLoRA (:class:`LoRASumViT`; each method subclasses it). Unlike
+CoLoR's routed experts, nothing is routed: every sample runs one forward through the
+backbone with all components summed (:mod:`~avalanche_color.peers.lora_sum.layer`), then
+the one linear head. The head grows with the classes of each training experience (new rows
+as ``nn.Linear`` initialises them; old rows kept); classes never trained get ``-inf``.
+
+The learned state (components, method parameters, head, class masks) is the model's
+:meth:`experts_state_dict`, without the frozen backbone, so the package's checkpoint and
+resume (:func:`~avalanche_color.train_stream`) and :meth:`save_pretrained` keep only that.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar, Optional, TypeVar
+
+import torch
+from avalanche.models import DynamicModule
+from torch import Tensor, nn
+
+from avalanche_color.config import Options
+from avalanche_color.experts.backbone import backbone_dtype, backbone_images, check_images, check_vision_transformer
+from avalanche_color.lora.blocks import expert_tokens
+from avalanche_color.peers.lora_sum.files import load_folder, save_folder
+from avalanche_color.peers.lora_sum.layer import LoRASumQKV, Mixing, Part
+from avalanche_color.utils.files import PathLike
+from avalanche_color.utils.rng import seeded
+from avalanche_color.utils.experiences import experience_classes
+from avalanche_color.utils.state import take_stored_shapes
+
+Model = TypeVar("Model", bound="LoRASumViT")
+_COMPONENT_A = re.compile(r"^backbone\.blocks\.0\.attn\.qkv\.components\.(\d+)\.A$")
+
+
+class LoRASumViT(DynamicModule):
+    """A frozen timm ViT whose every block's qkv carries a sum of LoRA components, and a growing head.
+
+    Subclasses set :attr:`parts` and implement :meth:`mixing` and :meth:`start_component`
+    (what a new experience adds besides each layer's component).
+
+    Args:
+        vit: a timm ``VisionTransformer``; the model adapts a copy, the given one is unchanged.
+        config: the method's options (its ``expert_setting`` fields decide what saved weights mean).
+    """
+
+    parts: ClassVar[tuple[Part, Part]]
+    config_class: ClassVar[type[Options]]
+    finished: Tensor
+    trained_classes: Tensor
+    current_classes: Tensor
+
+    def __init__(self, vit: nn.Module, config: Any) -> None:
+        super().__init__()
+        check_vision_transformer(vit)
+        self.config = config
+        self.backbone = copy.deepcopy(vit).requires_grad_(False).eval()
+        for block in self.backbone.blocks:
+            block.attn.qkv = LoRASumQKV(block.attn.qkv, self.parts)
+        weight = self.backbone.patch_embed.proj.weight
+        width = int(self.backbone.num_features)
+        # The head computes in the backbone's dtype (bfloat16, float64, ...); it grows with the classes.
+        self.head_weight = nn.Parameter(weight.new_empty(0, width))
+        self.head_bias = nn.Parameter(weight.new_empty(0))
+        self.register_buffer("finished", torch.zeros(0, dtype=torch.bool, device=weight.device))
+        self.register_buffer("trained_classes", torch.zeros(0, dtype=torch.bool, device=weight.device))
+        self.register_buffer("current_classes", torch.zeros(0, dtype=torch.bool, device=weight.device))
+        self.max_class_label = 0  # one past the largest class id of any adapted experience
+
+    # ------------------------------------------------------------------ structure
+
+    @property
+    def layers(self) -> list[LoRASumQKV]:
+        return [block.attn.qkv for block in self.backbone.blocks]
+
+    @property
+    def num_experts(self) -> int:
+        """Components so far, one per training experience (the name the checkpoint plugin reads)."""
+        return len(self.finished)
+
+    @property
+    def num_classes(self) -> int:
+        return max(self.head_weight.shape[0], self.max_class_label)
+
+    @property
+    def device(self) -> torch.device:
+        return self.head_weight.device
+
+    def mixing(self) -> Mixing:
+        """The coefficients of the components in this forward."""
+        raise NotImplementedError
+
+    def start_component(self, rank: int) -> None:
+        """Add a component of ``rank`` to every layer, plus what the method keeps per component."""
+        for layer in self.layers:
+            layer.add_component(rank)
+        self.finished = torch.cat((self.finished, self.finished.new_zeros(1)))
+
+    def finish_component(self) -> None:
+        """The current component is learned: from now on it is frozen."""
+        if len(self.finished):
+            self.finished[-1] = True
+        self.set_trainable()
+
+    def training_component(self) -> Optional[int]:
+        """The component being learned: the newest, until :meth:`finish_component`; None after."""
+        return len(self.finished) - 1 if len(self.finished) and not bool(self.finished[-1]) else None
+
+    def trainable_parameters(self) -> Iterator[nn.Parameter]:
+        """What trains in the current experience: the head, and what the method adds (subclasses extend).
+        Declared here, never read back from ``requires_grad``: the optimiser and DDP take these."""
+        yield self.head_weight
+        yield self.head_bias
+
+    def component_parameter_count(self, component: int) -> int:
+        """The parameters that learn with ``component`` and belong to it (subclasses say which)."""
+        raise NotImplementedError
+
+    def experience_parameter_count(self, component: int, num_classes: int) -> int:
+        """What the experience of ``component`` trains when it brings ``num_classes`` classes: the
+        component's own parameters, what the method trains beside it, and the head's new rows.
+        The runner reports it for the first experience, as the papers count."""
+        return self.component_parameter_count(component) + (int(self.backbone.num_features) + 1) * num_classes
+
+    def set_trainable(self) -> None:
+        """The one place that sets ``requires_grad``: on :meth:`trainable_parameters`, off everywhere else."""
+        self.requires_grad_(False)
+        for parameter in self.trainable_parameters():
+            parameter.requires_grad_(True)
+
+    # ------------------------------------------------------------------ classes
+
+    def adaptation(self, experience: Any) -> None:
+        """Avalanche's hook before each experience: in training, a new component (unless the last one
+        is unfinished: a resumed or continued experience) and the experience's classes in the head."""
+        super().adaptation(experience)
+        classes = experience_classes(experience)
+        if classes:
+            self.max_class_label = max(self.max_class_label, max(classes) + 1)
+        if not self.training or not classes:
+            return
+        if min(classes) < 0:
+            raise ValueError(f"classes must be non-negative class ids, got {classes}")
+        if len(experience.dataset) == 0:
+            raise ValueError(f"experience {experience.current_experience} has no samples")
+        check_images(self.backbone, torch.as_tensor(experience.dataset[0][0]).unsqueeze(0))
+        self.learn_classes(classes)
+
+    def learn_classes(self, classes: list[int]) -> None:
+        """Start learning ``classes``: head rows for new ones, and a new component unless the last one is
+        unfinished (a resumed run, or a further chunk of an online experience)."""
+        # New weights drawn apart from the data's randomness: the same in every process, and in a resumed run.
+        with seeded(int(self.config.init_seed) * 1_000_003 + self.num_experts):
+            self._grow(max(classes) + 1)
+            if not len(self.finished) or bool(self.finished[-1]):
+                self.start_component(self.next_rank())
+        self.current_classes = torch.zeros_like(self.trained_classes)
+        self.current_classes[classes] = True
+        self.trained_classes = self.trained_classes | self.current_classes
+        self.set_trainable()
+
+    def next_rank(self) -> int:
+        return int(self.config.rank)
+
+    def _grow(self, num_classes: int) -> None:
+        extra = num_classes - self.head_weight.shape[0]
+        if extra <= 0:
+            return
+        fresh = nn.Linear(self.head_weight.shape[1], extra).to(self.device, self.head_weight.dtype)
+        self.head_weight = nn.Parameter(torch.cat((self.head_weight.detach(), fresh.weight.detach())))
+        self.head_bias = nn.Parameter(torch.cat((self.head_bias.detach(), fresh.bias.detach())))
+        grown = self.trained_classes.new_zeros(num_classes)
+        grown[: len(self.trained_classes)] = self.trained_classes
+        self.trained_classes, self.current_classes = grown, torch.zeros_like(grown)
+
+    # ------------------------------------------------------------------ forward
+
+    def features(self, x: Tensor) -> Tensor:
+        """The pooled feature with every component summed in (one backbone forward)."""
+        # The package's timm forward with an argument for every qkv layer (it hands ``mixing`` on as is).
+        tokens = expert_tokens(self.backbone, backbone_images(self.backbone, x),
+                               self.mixing())  # type: ignore[arg-type]
+        return self.backbone.forward_head(tokens, pre_logits=True)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Logits over every class id seen (``-inf`` for classes never trained)."""
+        if not bool(self.trained_classes.any()):  # Avalanche may evaluate before the first experience
+            return x.new_zeros(x.shape[0], self.num_classes, dtype=backbone_dtype(self.backbone))
+        logits = nn.functional.linear(self.features(x), self.head_weight, self.head_bias)
+        logits = logits.masked_fill(~self.trained_classes, float("-inf"))
+        missing = self.num_classes - logits.shape[1]  # classes of adapted experiences never trained
+        return nn.functional.pad(logits, (0, missing), value=float("-inf")) if missing else logits
+
+    def train(self, mode: bool = True) -> "LoRASumViT":
+        super().train(mode)
+        self.backbone.eval()  # the frozen ViT never sees dropout or drop-path noise (as InfLoRA's code)
+        return self
+
+    # ------------------------------------------------------------------ state
+
+    def experts_state_dict(self) -> dict[str, Tensor]:
+        """Everything learned (components, method parameters, head, class masks), no backbone weight."""
+        frozen = {name for name, _ in self.backbone.named_parameters() if ".components." not in name}
+        frozen |= {name for name, _ in self.backbone.named_buffers() if ".components." not in name}
+        return {k: v for k, v in self.state_dict().items()
+                if not (k.startswith("backbone.") and k.removeprefix("backbone.") in frozen)}
+
+    def save_pretrained(self, folder: PathLike) -> Path:
+        """Write the learned state (no backbone) and ``config.json`` into ``folder``, atomically."""
+        return save_folder(self, folder)
+
+    @classmethod
+    def from_pretrained(cls: type[Model], folder: PathLike, backbone: nn.Module) -> Model:
+        """The model saved in ``folder`` on a copy of ``backbone`` (the ViT it was trained on), in eval mode."""
+        return load_folder(cls, folder, backbone)
+
+    def load_experts_state_dict(self, state: dict[str, Tensor]) -> None:
+        """Load :meth:`experts_state_dict` into this model, growing its structure to fit first."""
+        ranks = {int(m.group(1)): state[k].shape[1] for k in state if (m := _COMPONENT_A.match(k))}
+        for index in range(self.num_experts, len(ranks)):
+            self.start_component(ranks[index])
+        self._grow(state["head_weight"].shape[0])
+        take_stored_shapes(self, state, "", ("finished", "trained_classes", "current_classes"))
+        missing, unexpected = self.load_state_dict(state, strict=False)
+        missing = [k for k in missing if k in self.experts_state_dict()]
+        if missing or unexpected:
+            raise ValueError(f"the state does not fit this {type(self).__name__}: missing {missing}, "
+                             f"unexpected {unexpected}")
+        self.max_class_label = max(self.max_class_label, len(self.trained_classes))
+        self.set_trainable()  # what trains follows the loaded state: nothing of a finished component

@@ -1,0 +1,186 @@
+"""The ``avalanche-color`` command (also ``python -m avalanche_color.runner``): its flags are made
+from :class:`~avalanche_color.runner.config.RunConfig`'s fields, so each default and help text is
+written once, there.
+
+    avalanche-color compare --benchmark digits_class --methods CoLoR Naive --epochs 1
+
+A setting that cannot run is refused in one line naming the flag, its value and what to give
+instead; ``--debug`` (or ``AVALANCHE_COLOR_DEBUG=1``) shows the traceback. Parsing imports no
+torch, so ``--help`` and a bad flag answer at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shlex
+import sys
+import warnings
+from dataclasses import MISSING, dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from avalanche_color.runner.config import (DEFAULT_OUT, RunConfig, RunConfigError, flag_value, optional, path, setting,
+                                           text)
+
+PROGRAM = "avalanche-color"
+DEBUG_ENV = "AVALANCHE_COLOR_DEBUG"
+
+
+@dataclass(frozen=True)
+class CommandLine:
+    """The command line's own settings: where the output goes, and how errors show."""
+
+    name: Optional[str] = setting(None, "the output folder's name (default: the benchmark)", optional(text))
+    out_dir: Path = setting(DEFAULT_OUT, "the folder the output folder goes in", path)
+    debug: bool = setting(False, f"show the traceback of an error (also: {DEBUG_ENV}=1)", flag_value)
+
+    def __post_init__(self) -> None:
+        for spec in dataclasses.fields(self):
+            problem = spec.metadata["check"](getattr(self, spec.name))
+            if problem:
+                raise RunConfigError(spec.name, getattr(self, spec.name), problem)
+
+
+def flag(spec: dataclasses.Field) -> str:
+    return spec.metadata["flag"] or "--" + spec.name.replace("_", "-")
+
+
+def add_flags(parser: argparse.ArgumentParser, options: type) -> None:
+    """One flag per command-line field of the dataclass ``options``: its type, several values for a
+    tuple, a switch for a bool; absent flags stay out of the namespace, so the dataclass's defaults
+    (and a preset's) apply."""
+    for spec in dataclasses.fields(options):
+        if not spec.metadata["cli"]:
+            continue
+        kind = str(spec.type).removeprefix("Optional[").removesuffix("]")
+        default = spec.default
+        shown = "" if default in (None, MISSING, False) else f" (default: {_shown(default)})"
+        choices = spec.metadata["choices"]
+        listed = "" if choices is None else f"; one of {', '.join(choices)}"
+        arguments: dict[str, Any] = dict(help=spec.metadata["help"] + shown + listed, dest=spec.name,
+                                         choices=choices)
+        if kind == "bool":
+            arguments = dict(help=arguments["help"], dest=spec.name, action="store_true")
+        else:
+            arguments["type"] = {"int": int, "float": float, "Path": Path}.get(kind.split("[")[-1].split(",")[0],
+                                                                               str)
+            if kind.startswith("tuple"):
+                arguments["nargs"] = "*" if default == () or spec.name == "loggers" else "+"
+            name = flag(spec).removeprefix("--").replace("-", "_")
+            arguments["metavar"] = (name.removesuffix("s") if kind.startswith("tuple") else name).upper()
+        if default is MISSING:
+            arguments["required"] = True
+        parser.add_argument(flag(spec), default=argparse.SUPPRESS, **arguments)
+
+
+def _shown(value: Any) -> str:
+    return " ".join(map(str, value)) if isinstance(value, tuple) else str(value)
+
+
+def parser() -> argparse.ArgumentParser:
+    import avalanche_color.runner as runner
+
+    main_parser = argparse.ArgumentParser(prog=PROGRAM, description="CoLoR and its peers and baselines, compared "
+                                                                    "on continual-learning streams.")
+    commands = main_parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    compare = commands.add_parser("compare", help="compare methods on a benchmark", description=runner.__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_flags(compare, RunConfig)
+    add_flags(compare, CommandLine)
+    return main_parser
+
+
+def config_from(args: argparse.Namespace, argv: Sequence[str]) -> tuple[RunConfig, CommandLine]:
+    """The run configuration and command-line settings the parsed flags give."""
+    given = {name: tuple(value) if isinstance(value, list) else value for name, value in vars(args).items()
+             if name != "command"}
+    own = CommandLine(**{spec.name: given.pop(spec.name) for spec in dataclasses.fields(CommandLine)
+                         if spec.name in given})
+    out = own.out_dir / (own.name or given["benchmark"])
+    config = RunConfig.from_preset(given.pop("preset", None), **given, out=out,
+                                   command=f"{PROGRAM} " + shlex.join(argv))
+    return config, own
+
+
+def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
+    """Runs the command ``argv`` (default: the process's arguments); returns the comparison's results."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command_parser = parser()
+    args = command_parser.parse_args(argv)
+    debug = getattr(args, "debug", False) or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    try:
+        config, _ = config_from(args, argv)
+        return compare(config)
+    except RunConfigError as error:
+        if debug:
+            raise
+        sys.exit(f"{PROGRAM} {args.command}: error: {_flag_and_value(error)}: {error.problem}")
+    except Exception as error:  # noqa: BLE001 (one line for any failure; --debug shows where)
+        if debug:
+            raise
+        sys.exit(f"{PROGRAM} {args.command}: error: {type(error).__name__}: {error} "
+                 f"(--debug or {DEBUG_ENV}=1 shows the traceback)")
+
+
+def _flag_and_value(error: RunConfigError) -> str:
+    fields = {spec.name: spec for spec in (*dataclasses.fields(RunConfig), *dataclasses.fields(CommandLine))}
+    name = flag(fields[error.field]) if error.field in fields else error.field
+    value = error.value
+    if value is None or value is True:
+        return name
+    return f"{name} {_shown(tuple(value)) if isinstance(value, (tuple, list)) else value}"
+
+
+def compare(config: RunConfig) -> dict[str, Any]:
+    """Runs the comparison (on several processes under torchrun) and prints its table."""
+    import torch
+    from avalanche.distributed import DistributedHelper
+
+    from avalanche_color.runner.comparison import run_comparison
+
+    # Avalanche's notices about its own internals, not about this run: kept off the terminal.
+    warnings.filterwarnings("ignore", message="No loggers specified")
+    hide_avalanche_deprecations()
+    if launched_by_torchrun():
+        cuda = torch.cuda.is_available()
+        DistributedHelper.init_distributed(config.seeds[0], backend="nccl" if cuda else "gloo", use_cuda=cuda)
+    main_process = DistributedHelper.is_main_process  # read before the process group goes
+    try:
+        result = run_comparison(config, progress=main_process)
+    finally:
+        if DistributedHelper.is_distributed:
+            torch.distributed.destroy_process_group()
+    if main_process:
+        print(f"\n{result['table']}\n\nwritten to {config.output_folder}")
+    return result
+
+
+def console() -> None:
+    """The ``avalanche-color`` console command."""
+    main()
+
+
+def launched_by_torchrun() -> bool:
+    """Whether torchrun started this process as one of several."""
+    return "LOCAL_RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def hide_avalanche_deprecations() -> None:
+    """Avalanche's deprecation notices about its own internals, kept off the terminal.
+
+    A filter cannot do it: Avalanche's ``deprecated`` decorator puts its own filter first
+    on every call (``warnings.simplefilter("once")``), so they are dropped when shown.
+    """
+    show = warnings.showwarning
+    if getattr(show, "hides_avalanche_deprecations", False):  # main() called again: wrapped already
+        return
+    avalanche = f"{os.sep}avalanche{os.sep}"
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        if not (issubclass(category, DeprecationWarning) and avalanche in filename):
+            show(message, category, filename, lineno, file, line)
+
+    showwarning.hides_avalanche_deprecations = True  # type: ignore[attr-defined]
+    warnings.showwarning = showwarning

@@ -1,0 +1,113 @@
+"""Running a comparison: everything checked and the streams built first (:func:`prepare`), then
+every planned run in an attempt folder, and the results written when all have finished."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from avalanche.distributed import DistributedHelper
+from tqdm import tqdm
+
+from avalanche_color.benchmarks.registry import BenchmarkSpec, benchmark_spec, check_data
+from avalanche_color.runner.attempt import check_folder, complete_attempt, start_attempt
+from avalanche_color.runner.backbones import load_backbone
+from avalanche_color.runner.config import RunConfig, RunConfigError
+from avalanche_color.runner.machine import describe_machine
+from avalanche_color.runner.methods import method
+from avalanche_color.runner.plan import PlannedRun, check_distributed, plan_runs
+from avalanche_color.runner.provenance import config_record, provenance
+from avalanche_color.runner.report import markdown_table, summary_rows
+from avalanche_color.runner.results import write_results
+from avalanche_color.runner.run import build_stream, run_method
+
+
+@dataclass
+class Prepared:
+    """A comparison checked and ready: nothing has been written yet."""
+
+    spec: BenchmarkSpec
+    device: str
+    backbone: Any
+    plan: list[PlannedRun]
+    streams: dict[tuple[int, bool], Any]
+    record: dict[str, Any]
+
+
+def prepare(config: RunConfig) -> Prepared:
+    """Checks everything a comparison needs, the backbone, the data, each run's k and the output
+    folder, and builds its streams; refuses (:class:`RunConfigError`) before anything is written."""
+    spec = benchmark_spec(config.benchmark)
+    if DistributedHelper.is_distributed:
+        check_distributed(config)
+        device = str(DistributedHelper.make_device())  # each rank's own (cuda:<rank> or cpu)
+    else:
+        device = config.device if config.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        check_data(config.benchmark, config.data)
+    except ValueError as error:
+        raise RunConfigError("data", config.data, str(error)) from None
+    backbone_name = config.backbone or spec.backbone
+    try:
+        backbone = load_backbone(backbone_name, architecture=config.architecture)
+    except (ValueError, TypeError, FileNotFoundError) as error:
+        raise RunConfigError("backbone", backbone_name, str(error)) from error
+    plan = plan_runs(config, spec)
+    streams: dict[tuple[int, bool], Any] = {}
+    for planned in plan:
+        key = (planned.seed, method(planned.method).task_labels)
+        if key not in streams:
+            try:
+                streams[key] = build_stream(spec, config, backbone, *key)
+            except (OSError, ValueError) as error:  # missing, empty, damaged or foreign data
+                raise RunConfigError("data", config.data, str(error)) from error
+        check_prototypes(config, planned, streams[key])
+    record = provenance(config, backbone, device)
+    if DistributedHelper.is_main_process:
+        check_folder(config.output_folder, record, config.resume)
+    return Prepared(spec, device, backbone, plan, streams, record)
+
+
+def check_prototypes(config: RunConfig, planned: PlannedRun, stream: Any) -> None:
+    """Refuses a k (or prototypes per class) larger than an experience (or one of its classes) can give."""
+    if planned.k is None:
+        return
+    for index, experience in enumerate(stream.train_stream):
+        if config.prototypes_per_class is None:
+            field, value, available = "ks", planned.k, len(experience.dataset)
+            what = f"training experience {index} of {config.benchmark} has {available} samples"
+        else:
+            counts = torch.as_tensor(list(experience.dataset.targets)).unique(return_counts=True)[1]
+            field, value, available = "prototypes_per_class", config.prototypes_per_class, int(counts.min())
+            what = f"a class of training experience {index} of {config.benchmark} has {available} samples"
+        if value > available:
+            raise RunConfigError(field, value, f"must be at most {available}: {what} to fit {planned.method}'s "
+                                               "k-means centres on")
+
+
+def run_comparison(config: RunConfig, progress: bool = True) -> dict[str, Any]:
+    """Runs every (method, variant, seed) of ``config``, writes the results, and returns them."""
+    ready = prepare(config)
+    main_process = DistributedHelper.is_main_process  # True when not distributed
+    out = config.output_folder
+    attempt = start_attempt(out, ready.record, config.resume) if main_process else out / "attempt"
+    runs = []
+    with tqdm(total=len(ready.plan), desc=f"{config.benchmark}: runs", unit="run",
+              disable=not (progress and main_process)) as bar:
+        for planned in ready.plan:
+            bar.set_postfix_str(f"{planned.label}, seed {planned.seed}")
+            stream = ready.streams[(planned.seed, method(planned.method).task_labels)]
+            runs.append(run_method(planned, stream, ready.spec, ready.backbone, config, ready.device, attempt))
+            bar.update()
+
+    result = {"config": config_record(config), "device": describe_machine(ready.device),
+              "backbone": ready.record["backbone"], "code": ready.record["code"], "runs": runs}
+    if DistributedHelper.is_distributed:
+        result["world_size"] = DistributedHelper.world_size
+    if not main_process:  # every rank holds the same results; rank 0 writes them
+        result["table"] = markdown_table(summary_rows(runs))
+        return result
+    complete_attempt(out, attempt)
+    result["table"] = write_results(result, config, ready.spec, out)
+    return result

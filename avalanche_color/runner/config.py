@@ -1,0 +1,233 @@
+"""What one comparison runs, declared once: every setting with its default, help and check.
+
+:class:`RunConfig` is the single source of the runner's settings. The command line's flags
+are made from its fields (:mod:`avalanche_color.runner.cli`): a field ``batch_size`` is the
+flag ``--batch-size`` (or the field's ``flag``), its help and default are the field's, and a
+tuple field takes several values. A notebook or script builds the same object directly.
+Importing this module imports no torch, so ``--help`` and a bad flag answer at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import MISSING, dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from avalanche_color.benchmarks.registry import BENCHMARKS
+from avalanche_color.runner.methods import METHODS, methods_allowed
+from avalanche_color.runner.presets import PRESETS, preset_settings
+
+LOGGERS = ("text", "csv", "tensorboard")
+# The images' mean and std: the backbone's own (timm's pretrained_cfg), or ImageNet's, as
+# S-Prompts' code normalises (and so the paper's presets, see avalanche_color.runner.presets).
+NORMALISATIONS = ("backbone", "imagenet")
+DEFAULT_OUT = Path("runs")  # the output folders' parent, in the folder the command runs from
+
+Check = Callable[[object], Optional[str]]  # what is wrong with a value, or None
+
+
+class RunConfigError(ValueError):
+    """A setting of a :class:`RunConfig` that cannot run: which one, its value and what it must be."""
+
+    def __init__(self, field: str, value: object, problem: str) -> None:
+        super().__init__(f"{field} {problem}, got {value!r}")
+        self.field, self.value, self.problem = field, value, problem
+
+
+def setting(default: Any, help: str, check: Check, *, flag: Optional[str] = None, choices: Any = None,
+            cli: bool = True, **field_options: Any) -> Any:
+    """A :class:`RunConfig` field: its default, help text and check (and, on the command line,
+    its flag, its choices, or ``cli=False`` for a field the command line sets itself)."""
+    metadata = dict(help=help, check=check, flag=flag, choices=choices, cli=cli)
+    if isinstance(default, (list, dict, set)):
+        raise TypeError("a mutable default would be shared between configs")
+    return dataclasses.field(default=default, metadata=metadata, **field_options)
+
+
+# ---------------------------------------------------------------------- checks: None when the value is fine
+
+
+def _int(value: object, low: int) -> Optional[str]:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        return f"must be an integer >= {low}"
+    return None
+
+
+def positive_int(value: object) -> Optional[str]:
+    return _int(value, 1)
+
+
+def non_negative_int(value: object) -> Optional[str]:
+    return _int(value, 0)
+
+
+def positive(value: object) -> Optional[str]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        return "must be a number > 0"
+    return None
+
+
+def non_negative(value: object) -> Optional[str]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        return "must be a number >= 0"
+    return None
+
+
+def text(value: object) -> Optional[str]:
+    return None if isinstance(value, str) and value else "must be a non-empty string"
+
+
+def path(value: object) -> Optional[str]:
+    return None if isinstance(value, Path) else "must be a path"
+
+
+def flag_value(value: object) -> Optional[str]:
+    return None if isinstance(value, bool) else "must be True or False"
+
+
+def one_of(allowed: Any) -> Check:
+    return lambda value: None if value in allowed else f"must be one of {sorted(allowed)}"
+
+
+def optional(check: Check) -> Check:
+    return lambda value: None if value is None else check(value)
+
+
+def each(check: Check, *, allow_empty: bool = False) -> Check:
+    def check_each(values: object) -> Optional[str]:
+        if not isinstance(values, (tuple, list)):
+            return "must be a tuple or list"
+        if not values and not allow_empty:
+            return "must not be empty"
+        problems = [problem for problem in map(check, values) if problem]
+        return f"must each {problems[0].removeprefix('must ')}" if problems else None
+    return check_each
+
+
+def subset_of(allowed: Any, *, allow_empty: bool = False) -> Check:
+    def check(values: object) -> Optional[str]:
+        if not isinstance(values, (tuple, list)):
+            return "must be a tuple or list"
+        if not values and not allow_empty:
+            return "must not be empty"
+        return None if all(v in allowed for v in values) else f"must be among {list(allowed)}"
+    return check
+
+
+def anything(value: object) -> Optional[str]:
+    return None
+
+
+# ---------------------------------------------------------------------- the configuration
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One comparison: several methods on one benchmark with the same backbone, seeds, epochs and batch.
+
+    Every field is checked on construction (:class:`RunConfigError` names it). ``methods``,
+    ``backbone`` and ``ks`` default to the benchmark's; ``out`` to ``runs/<benchmark>``.
+    """
+
+    benchmark: str = setting(MISSING, "the stream to run on", one_of(BENCHMARKS), choices=sorted(BENCHMARKS))
+    methods: Optional[tuple[str, ...]] = setting(
+        None, "the methods to compare (default: every method the benchmark allows; core50: all but CoLoR-oracle)",
+        optional(subset_of(METHODS)), choices=list(METHODS))
+    seeds: tuple[int, ...] = setting((0,), "the seeds of the methods that train a few parameters on the frozen "
+                                           "backbone (the CoLoR family, S-Prompts, L2P)", each(non_negative_int))
+    baseline_seeds: Optional[tuple[int, ...]] = setting(
+        None, "the seeds of the other methods (default: the first of --seeds)", optional(each(non_negative_int)))
+    preset: Optional[str] = setting(
+        None, "named settings for the benchmark (paper: the paper's rank, k, batch, epochs, lr, weight decay, "
+              "backbone and normalisation); flags given override it", optional(one_of(PRESETS)),
+        choices=sorted(PRESETS))
+    epochs: int = setting(5, "training epochs per experience", positive_int)
+    batch_size: int = setting(64, "training batch size (under torchrun: per process)", positive_int)
+    backbone: Optional[str] = setting(
+        None, "a pretrained timm name (from the Hugging Face cache or hub), a weights file (a file save_backbone "
+              "wrote, or a timm state dict .pth/.pt/.bin/.safetensors with --architecture), 'random:<timm name>' "
+              "for random weights, 'offline' or 'digits' (default: the benchmark's)", optional(text))
+    architecture: Optional[str] = setting(
+        None, "the timm model name that builds a state dict given as --backbone FILE, e.g. "
+              "vit_base_patch16_224.augreg_in21k", optional(text))
+    data: Optional[Path] = setting(None, "the data set's zip file or folder (default: the benchmark's; the digits "
+                                         "take none)", optional(path))
+    ranks: tuple[int, ...] = setting((8,), "LoRA rank of the methods with LoRA experts; several: an ablation",
+                                     each(positive_int), flag="--rank")
+    ks: Optional[tuple[int, ...]] = setting(
+        None, "prototypes per experience of the prototype-routed methods (default: the paper's rule, 5 "
+              "domain-incremental, 2 x the new classes class-incremental); several: an ablation",
+        optional(each(positive_int)), flag="--k")
+    prototypes_per_class: Optional[int] = setting(
+        None, "beyond the paper: k-means centres per class instead of k per experience (CoLoR family, S-Prompts; "
+              "default: off)", optional(positive_int))
+    normalisation: str = setting("backbone", "the images' mean and std: the backbone's own or ImageNet's "
+                                             "(--preset paper: ImageNet's, as S-Prompts' code)",
+                                 one_of(NORMALISATIONS), choices=NORMALISATIONS)
+    ridge_width: int = setting(2048, "random features M of RanPAC and the ridge routers", positive_int)
+    color_lr: float = setting(0.05, "lr of CoLoR, S-Prompts and Joint-LoRA (SGD, cosine per experience)", positive)
+    baseline_lr: float = setting(0.01, "lr of the fine-tuning baselines (SGD)", positive)
+    weight_decay: Optional[float] = setting(
+        None, "weight decay of every method's SGD (default: each method's own: CoLoR 2e-4, fine-tuning 0)",
+        optional(non_negative))
+    train_per_class: Optional[int] = setting(None, "subsample the training data (split_tiny_imagenet)",
+                                             optional(positive_int))
+    device: str = setting("auto", "cpu, cuda, cuda:N or auto (cuda where there is one)", text)
+    workers: int = setting(0, "DataLoader worker processes of every method (0: loading in this process)",
+                           non_negative_int)
+    out: Optional[Path] = setting(None, "the output folder", optional(path), cli=False)
+    loggers: tuple[str, ...] = setting(LOGGERS, "Avalanche's loggers of each run, under <output>/logs/",
+                                       subset_of(LOGGERS, allow_empty=True), choices=LOGGERS)
+    wandb_project: Optional[str] = setting(None, "log every run to this W&B project", optional(text))
+    wandb_entity: Optional[str] = setting(None, "the W&B entity (team or user) of --wandb-project", optional(text))
+    resume: bool = setting(False, "continue an interrupted comparison in the same folder from its checkpoints",
+                           flag_value)
+    checkpoint_epochs: Optional[int] = setting(
+        None, "also checkpoint CoLoR runs every this many epochs (default: after each experience)",
+        optional(positive_int))
+    command: str = setting("", "the command that made the config, for the results", anything, cli=False,
+                           compare=False)
+    preset_settings: Optional[dict[str, Any]] = setting(None, "the preset's values", anything, cli=False,
+                                                        init=False, compare=False)
+
+    @classmethod
+    def from_preset(cls, preset: Optional[str], **settings: Any) -> "RunConfig":
+        """The preset's settings for ``settings["benchmark"]``, with ``settings`` over them."""
+        if preset is None:
+            return cls(**settings)
+        if preset not in PRESETS:
+            raise RunConfigError("preset", preset, f"must be one of {sorted(PRESETS)}")
+        benchmark = settings.get("benchmark")
+        if benchmark not in PRESETS[preset]:
+            raise RunConfigError("preset", preset, f"has no settings for benchmark {benchmark!r}: it has them for "
+                                                   f"{sorted(PRESETS[preset])}")
+        return cls(**{**preset_settings(preset, benchmark), **settings, "preset": preset})
+
+    def __post_init__(self) -> None:
+        for name in ("data", "out"):  # paths may come as strings (notebooks, JSON configs)
+            if isinstance(getattr(self, name), str):
+                object.__setattr__(self, name, Path(getattr(self, name)))
+        for name in ("methods", "seeds", "baseline_seeds", "ranks", "ks", "loggers"):
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+        for spec in dataclasses.fields(self):
+            problem = spec.metadata["check"](getattr(self, spec.name))
+            if problem:
+                raise RunConfigError(spec.name, getattr(self, spec.name), problem)
+        allowed = methods_allowed(BENCHMARKS[self.benchmark])
+        if self.methods is None:
+            object.__setattr__(self, "methods", allowed)
+        refused = [method for method in self.methods if method not in allowed]
+        if refused:
+            raise RunConfigError("methods", self.methods,
+                                 f"cannot hold {refused} on benchmark {self.benchmark!r}: its test experiences "
+                                 "belong to no training experience (core50: one test set of held-out sessions), "
+                                 f"so there is no task label to route by; must be among {list(allowed)}")
+        if self.preset is not None:
+            object.__setattr__(self, "preset_settings", preset_settings(self.preset, self.benchmark))
+
+    @property
+    def output_folder(self) -> Path:
+        """Where the comparison writes: ``out``, or ``runs/<benchmark>``."""
+        return self.out or DEFAULT_OUT / self.benchmark

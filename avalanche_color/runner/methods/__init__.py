@@ -1,0 +1,107 @@
+"""The runner's methods by name: one module per family, each a tuple of :class:`Method` entries.
+
+* ``color``: CoLoR and its routing variants, and Joint-LoRA (one CoLoR expert on the whole stream);
+* ``prompts``: the prompt-tuning peers, S-Prompts and L2P;
+* ``lora_peers``: the LoRA continual learners that route nothing, SD-LoRA and InfLoRA;
+* ``avalanche_baselines``: Avalanche's fine-tuning strategies (Naive, FT-masked, EWC, LwF, Replay, Joint-FT);
+* ``training_free``: NCM and RanPAC on the frozen backbone.
+
+A new family is one module with ``METHODS = (Method(...), ...)`` and its name in
+:data:`FAMILIES`. Importing the registry imports no torch: a family's ``build`` imports what
+it needs when it is called, so the command line lists the methods at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import import_module
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+if TYPE_CHECKING:
+    from avalanche.training.templates import SupervisedTemplate
+    from torch import nn
+
+    from avalanche_color.benchmarks.registry import BenchmarkSpec
+    from avalanche_color.runner.config import RunConfig
+
+FAMILIES = ("color", "prompts", "lora_peers", "avalanche_baselines", "training_free")
+
+
+@dataclass(frozen=True)
+class MethodRun:
+    """What a method is built from in one run: the comparison's settings, this run's rank and k
+    (None for a method that takes none), the class count, a fresh backbone (``backbone(n)``: a
+    pretrained ViT with a new n-class head; ``backbone(0)``: without one), the options every
+    strategy gets alike (batch, epochs, device, evaluator) and the training stream's length."""
+
+    config: "RunConfig"
+    rank: Optional[int]
+    k: Optional[int]
+    num_classes: int
+    backbone: Callable[[int], "nn.Module"]
+    strategy_options: dict[str, Any]
+    num_experiences: Optional[int] = None  # the training stream's length, where a method schedules by it
+
+    @property
+    def weight_decay(self) -> dict[str, float]:
+        """``weight_decay`` given to every SGD, or nothing (each method's own)."""
+        return {} if self.config.weight_decay is None else {"weight_decay": self.config.weight_decay}
+
+
+@dataclass(frozen=True)
+class Method:
+    """One method of the runner.
+
+    ``options(run)`` gives the method's own options (what its strategy is built with, and what a
+    W&B run records as its config); ``build(run, options)`` the strategy. ``lora``: takes a rank
+    (one run per ``--rank``); ``prototypes``: takes k (one run per ``--k``) and reports routing
+    accuracy; ``frozen_backbone``: trains a few parameters on the frozen backbone, cheap enough for
+    every ``--seeds`` (the others run ``--baseline-seeds``); ``joint``: trained once on the whole
+    stream; ``task_labels``: routes by task label (needs experience i to carry label i);
+    ``distributed``: runs under torchrun; ``checkpoint``: its strategy saves and resumes with
+    :func:`~avalanche_color.train_stream`'s checkpoints (after every experience, ``--checkpoint-epochs``).
+    """
+
+    name: str
+    options: Callable[[MethodRun], dict[str, Any]]
+    build: Callable[[MethodRun, dict[str, Any]], "SupervisedTemplate"]
+    lora: bool = False
+    prototypes: bool = False
+    frozen_backbone: bool = False
+    joint: bool = False
+    task_labels: bool = False
+    distributed: bool = False
+    checkpoint: bool = False
+
+
+def _registry() -> dict[str, Method]:
+    methods: dict[str, Method] = {}
+    for family in FAMILIES:
+        for method in import_module(f"{__name__}.{family}").METHODS:
+            if method.name in methods:
+                raise ValueError(f"method {method.name!r} is declared twice (family {family!r})")
+            methods[method.name] = method
+    return methods
+
+
+REGISTRY: dict[str, Method] = _registry()
+METHODS: tuple[str, ...] = tuple(REGISTRY)
+
+
+def method(name: str) -> Method:
+    """The method called ``name``."""
+    if name not in REGISTRY:
+        raise ValueError(f"method must be one of {list(METHODS)}, got {name!r}")
+    return REGISTRY[name]
+
+
+def methods_allowed(spec: "BenchmarkSpec") -> tuple[str, ...]:
+    """The methods a benchmark runs: all but task-label routing where no test experience has a
+    training experience's task label (CORe50's held-out sessions)."""
+    return tuple(name for name, entry in REGISTRY.items() if spec.paired_test_stream or not entry.task_labels)
+
+
+def build_strategy(run: MethodRun, name: str) -> "SupervisedTemplate":
+    """The strategy of method ``name`` for ``run``."""
+    entry = method(name)
+    return entry.build(run, entry.options(run))

@@ -1,0 +1,61 @@
+"""CoLoR and its variants: how the experts route (the paper's prototypes on the backbone's or the
+first expert's features, the task label, or beyond the paper a class-level ridge or Gaussian
+router), and Joint-LoRA, one CoLoR expert trained on the whole stream at once (an upper bound).
+Every variant's experts train exactly as CoLoR's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from avalanche_color.runner.methods import Method, MethodRun
+
+
+def _color_options(routing: dict[str, str]):
+    def options(run: MethodRun) -> dict[str, Any]:
+        ridge = {"router_width": run.config.ridge_width} if routing.get("router") == "ridge" else {}
+        return dict(rank=run.rank, lr=run.config.color_lr, **routing, k=run.k,
+                    prototypes_per_class=run.config.prototypes_per_class, **ridge, **run.weight_decay)
+    return options
+
+
+def _build_color(run: MethodRun, options: dict[str, Any]):
+    from avalanche_color import CoLoR
+
+    return CoLoR(run.backbone(0), **options, **run.strategy_options)
+
+
+def _variant(name: str, task_labels: bool = False, **routing: str) -> Method:
+    return Method(name, _color_options(routing), _build_color, lora=True, prototypes=True, frozen_backbone=True,
+                  task_labels=task_labels, distributed=True, checkpoint=True)
+
+
+def _joint_lora_options(run: MethodRun) -> dict[str, Any]:
+    from avalanche_color import CoLoRConfig
+
+    color = CoLoRConfig()  # CoLoR's momentum and weight decay
+    return dict(rank=run.rank, lr=run.config.color_lr, momentum=color.momentum,
+                weight_decay=run.weight_decay.get("weight_decay", color.weight_decay))
+
+
+def _build_joint_lora(run: MethodRun, options: dict[str, Any]):
+    import torch
+    from torch import nn
+
+    from avalanche_color.runner.methods.joint_lora import JointExpertTraining, SingleLoRAExpert
+
+    model = SingleLoRAExpert(run.backbone(0), options["rank"], range(run.num_classes))
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=options["lr"],
+                                momentum=options["momentum"], weight_decay=options["weight_decay"])
+    return JointExpertTraining(model=model, optimizer=optimizer, criterion=nn.CrossEntropyLoss(),
+                               **run.strategy_options)
+
+
+METHODS = (
+    _variant("CoLoR", routing="backbone"),
+    _variant("CoLoR++", routing="first_expert"),
+    _variant("CoLoR-oracle", task_labels=True, routing="oracle"),
+    _variant("CoLoR-ridge", routing="backbone", router="ridge"),
+    _variant("CoLoR-gaussian", routing="backbone", router="gaussian"),
+    _variant("CoLoR++-ridge", routing="first_expert", router="ridge"),
+    Method("Joint-LoRA", _joint_lora_options, _build_joint_lora, lora=True, joint=True),
+)

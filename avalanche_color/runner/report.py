@@ -1,0 +1,145 @@
+"""The summary of a comparison's runs: metrics from the accuracy matrix, the table, CSV files and the plot."""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+Run = dict[str, Any]
+
+
+def weighted_mean(values: Sequence[float], weights: Sequence[int]) -> float:
+    """Accuracy over all samples from per-experience accuracies (Avalanche's stream accuracy)."""
+    return sum(v * w for v, w in zip(values, weights)) / sum(weights)
+
+
+def forgetting(matrix: Sequence[Sequence[Optional[float]]]) -> float:
+    """Avalanche's ``StreamForgetting`` after the last training experience, from the accuracy matrix.
+
+    ``matrix[i][j]``: accuracy on test experience j after training experience i. Avalanche pairs
+    test experience j with training experience j: its accuracy just after that training is its
+    initial value, and its forgetting is the drop from there to the end; the stream's is the
+    mean over the test experiences that have a training experience before the last (0.0 when
+    none has). With a test experience per training experience this is the usual mean drop over
+    all but the last experience; with CORe50's one test set of held-out sessions it is that
+    set's accuracy after the first session minus its accuracy at the end. Computed here because
+    with task labels Avalanche splits its stream metrics per task.
+    """
+    last = len(matrix) - 1
+    paired = range(min(last, len(matrix[-1])))
+    if not paired:
+        return 0.0
+    drops = []
+    for j in paired:
+        initial, final = matrix[j][j], matrix[last][j]
+        if initial is None or final is None:
+            raise ValueError(f"the accuracy matrix has no accuracy for test experience {j} after training "
+                             f"experience {j} or after the last one; got {matrix!r}")
+        drops.append(initial - final)
+    return statistics.fmean(drops)
+
+
+def by_label(runs: Sequence[Run]) -> dict[str, list[Run]]:
+    groups: dict[str, list[Run]] = defaultdict(list)
+    for run in runs:
+        groups[run["label"]].append(run)
+    return dict(groups)
+
+
+def mean_and_spread(values: Sequence[float]) -> str:
+    """``mean ± std`` in percent over seeds (just the value for one seed)."""
+    mean = 100 * statistics.fmean(values)
+    if len(values) == 1:
+        return f"{mean:.1f}"
+    return f"{mean:.1f} ± {100 * statistics.stdev(values):.1f}"
+
+
+def summary_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
+    rows = []
+    for label, group in by_label(runs).items():
+        routed = [r["routing_accuracy"] for r in group if r.get("routing_accuracy") is not None]
+        rows.append({
+            "method": label,
+            "seeds": len(group),
+            "average accuracy": mean_and_spread([r["average_accuracy"] for r in group]),
+            "forgetting": mean_and_spread([r["forgetting"] for r in group]),
+            "routing accuracy": mean_and_spread(routed) if routed else "-",
+            "trainable params / exp": f"{group[0]['trainable_parameters_per_experience']:,}",
+            "minutes / run": f"{statistics.fmean(r['wall_seconds'] for r in group) / 60:.1f}",
+        })
+    return rows
+
+
+def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
+    header = list(rows[0])
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(row[c]) for c in header) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_csv(runs: Sequence[Run], folder: Path) -> None:
+    """``runs.csv``: one row per (method, seed); ``accuracy_matrices.csv``: one row per matrix entry."""
+    fields = ["label", "method", "seed", "rank", "k", "average_accuracy", "forgetting", "routing_accuracy",
+              "trainable_parameters_per_experience", "wall_seconds", "cpu_seconds"]
+    with open(folder / "runs.csv", "w", newline="") as file:
+        writer = csv.DictWriter(file, fields, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(runs)
+    with open(folder / "accuracy_matrices.csv", "w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(["label", "seed", "after_experience", "experience", "accuracy"])
+        for run in runs:
+            for trained, row in enumerate(run["accuracy_matrix"]):
+                writer.writerows([run["label"], run["seed"], trained, tested, accuracy]
+                                 for tested, accuracy in enumerate(row) if accuracy is not None)
+
+
+def seen_accuracy_curve(matrix: Sequence[Sequence[Optional[float]]]) -> list[float]:
+    """Mean of the per-experience accuracies over the experiences seen so far, after each experience.
+
+    Unweighted, so every experience counts the same; the table's average accuracy is over test
+    samples (Avalanche's stream accuracy) and differs when experiences differ in size. A row
+    holds the experiences evaluated (those seen so far; all of them in a joint run's one row).
+    """
+    return [statistics.fmean(a for a in row if a is not None) for row in matrix]
+
+
+def plot_accuracy(runs: Sequence[Run], path: Path | None = None, title: str = ""):
+    """Accuracy on the experiences seen so far, after each experience, per method (mean and spread).
+
+    Returns the matplotlib Figure (a notebook shows it) and saves it to ``path`` if given. It is
+    built without pyplot, so it neither needs a display nor changes a notebook's backend.
+    """
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    figure = Figure(figsize=(6.4, 4.2))
+    axes = figure.add_subplot()
+    for label, group in by_label(runs).items():
+        curves = [seen_accuracy_curve(r["accuracy_matrix"]) for r in group]
+        experiences = len(group[0]["accuracy_matrix"][0])
+        if len(curves[0]) == 1 and experiences > 1:
+            # A joint run (one training on all experiences, so one row): a dashed level, the upper bound.
+            level = 100 * statistics.fmean(c[0] for c in curves)
+            axes.plot([1, experiences], [level, level], linestyle="--", label=label)
+            continue
+        steps = range(1, len(curves[0]) + 1)
+        mean = [100 * statistics.fmean(c[i] for c in curves) for i in range(len(curves[0]))]
+        axes.plot(steps, mean, marker="o", label=label)
+        if len(curves) > 1:
+            spread = [100 * statistics.stdev(c[i] for c in curves) for i in range(len(curves[0]))]
+            axes.fill_between(steps, [m - s for m, s in zip(mean, spread)], [m + s for m, s in zip(mean, spread)],
+                              alpha=0.2)
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.set_xlabel("experiences trained")
+    axes.set_ylabel("mean accuracy over experiences seen (%)")
+    axes.set_title(title)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize="small")
+    figure.tight_layout()
+    if path is not None:
+        figure.savefig(path, dpi=120)
+    return figure

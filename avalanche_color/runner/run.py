@@ -1,0 +1,195 @@
+"""One run of a comparison: a method on a benchmark with one seed, trained and evaluated experience by experience."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+from avalanche.distributed import DistributedHelper
+from avalanche.evaluation.metrics import accuracy_metrics, forgetting_metrics
+from avalanche.logging import BaseLogger
+from avalanche.training.determinism.rng_manager import RNGManager
+from avalanche.training.plugins import EvaluationPlugin
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+from timm.models.vision_transformer import VisionTransformer
+
+from avalanche_color import (L2P, InfLoRAViT, RoutedExpertViT, SDLoRAViT, experience_classes, routing_accuracy_metrics,
+                             train_stream, write_atomically)
+from avalanche_color.benchmarks.registry import BenchmarkSpec, benchmark_spec
+from avalanche_color.runner.backbones import data_config, with_head
+from avalanche_color.runner.config import RunConfig
+from avalanche_color.runner.loggers import avalanche_loggers, wandb_logger
+from avalanche_color.runner.methods import MethodRun, method
+from avalanche_color.runner.plan import PlannedRun
+from avalanche_color.runner.report import forgetting, weighted_mean
+
+PER_EXPERIENCE = re.compile(r"^(?P<metric>\w+)/eval_phase/test_stream/Task\d+/Exp(?P<experience>\d+)$")
+EVAL_BATCH = 256
+
+
+def build_stream(spec: BenchmarkSpec, config: RunConfig, backbone: VisionTransformer, seed: int,
+                 task_labels: bool):
+    data = data_config(backbone)
+    mean, std = ((IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD) if config.normalisation == "imagenet"
+                 else (data["mean"], data["std"]))
+    return spec.build(config.data, data["input_size"][-1], mean, std, seed, task_labels, config.train_per_class)
+
+
+def evaluator(loggers: Sequence[BaseLogger] = ()) -> EvaluationPlugin:
+    return EvaluationPlugin(
+        accuracy_metrics(experience=True, stream=True),
+        forgetting_metrics(experience=True, stream=True),
+        *routing_accuracy_metrics(),
+        loggers=list(loggers),
+    )
+
+
+def method_run(planned: PlannedRun, backbone: VisionTransformer, spec: BenchmarkSpec, config: RunConfig,
+               device: str, loggers: Sequence[BaseLogger] = (), num_experiences: Optional[int] = None) -> MethodRun:
+    """What ``planned``'s method is built from: the settings, its rank and k, a fresh copy of the
+    backbone per call, and the budget and evaluator (with ``loggers``) every method gets alike."""
+    return MethodRun(config=config, rank=planned.rank, k=planned.k, num_classes=spec.num_classes,
+                     backbone=lambda classes: with_head(copy.deepcopy(backbone), classes),
+                     strategy_options=dict(train_mb_size=config.batch_size, train_epochs=config.epochs,
+                                           eval_mb_size=EVAL_BATCH, device=device, evaluator=evaluator(loggers)),
+                     num_experiences=num_experiences)
+
+
+def build_method(name: str, config: RunConfig, backbone: Callable[[int], Any], num_classes: int, *,
+                 rank: Optional[int] = None, k: Optional[int] = None, device: str = "cpu",
+                 loggers: Sequence[BaseLogger] = ()) -> Any:
+    """The strategy the runner builds for method ``name`` with ``config``'s settings, ``rank`` and ``k``
+    (None: the config's first rank and k, or the benchmark's k, where the method takes them); ``backbone(n)`` gives a
+    fresh pretrained ViT with an n-class head (``backbone(0)``: without one)."""
+    entry = method(name)
+    rank = (rank or config.ranks[0]) if entry.lora else None
+    k = (k or (config.ks or (benchmark_spec(config.benchmark).k,))[0]) if entry.prototypes else None
+    run = MethodRun(config=config, rank=rank, k=k, num_classes=num_classes, backbone=backbone,
+                    strategy_options=dict(train_mb_size=config.batch_size, train_epochs=config.epochs,
+                                          eval_mb_size=EVAL_BATCH, device=device, evaluator=evaluator(loggers)))
+    return entry.build(run, entry.options(run))
+
+
+def run_method(planned: PlannedRun, benchmark, spec: BenchmarkSpec, backbone: VisionTransformer, config: RunConfig,
+               device: str, attempt: Path) -> dict[str, Any]:
+    """Trains and evaluates one planned run in the ``attempt`` folder; returns its record."""
+    entry = method(planned.method)
+    name = f"{slug(planned.label)}_seed{planned.seed}"
+    record = attempt / "runs" / f"{name}.json"
+    if config.resume and record.exists():  # finished before the interruption
+        return json.loads(record.read_text())
+    RNGManager.set_random_seeds(planned.seed)
+    main_process = DistributedHelper.is_main_process  # True when not distributed
+    with ExitStack() as stack:
+        # Under torchrun the metrics are gathered on every rank; rank 0 alone logs them.
+        loggers = (avalanche_loggers(config.loggers, attempt / "logs" / name, stack, append=config.resume)
+                   if main_process else [])
+        # The method's options depend on the settings, rank and k alone: W&B records them as the run's config.
+        options = entry.options(MethodRun(config, planned.rank, planned.k, spec.num_classes, with_head, {},
+                                          num_experiences=len(benchmark.train_stream)))
+        wandb = wandb_logger(config, planned, options, attempt) if main_process else None
+        if wandb is not None:
+            loggers.append(stack.enter_context(wandb))  # finished even if training fails
+        strategy = entry.build(method_run(planned, backbone, spec, config, device, loggers,
+                                          num_experiences=len(benchmark.train_stream)), options)
+        count = len(benchmark.test_stream)  # the accuracy matrix's columns
+        test_sizes = [len(experience.dataset) for experience in benchmark.test_stream]
+        wall, cpu = time.perf_counter(), time.process_time()
+        # After each experience, evaluated on the experiences seen so far: oracle routing has no
+        # expert for a future task, and after the last one this is the whole test stream. A test
+        # stream not paired with the training stream (CORe50's one test set) is evaluated whole.
+        checkpoint = attempt / "checkpoints" / f"{name}.ckpt" if entry.checkpoint and main_process else None
+        # Every method, Avalanche's strategies too, loads with --workers worker processes.
+        loaders = dict(num_workers=config.workers, persistent_workers=config.workers > 0)
+        if entry.joint:
+            records = [train_jointly(strategy, benchmark, loaders)]
+        else:
+            evaluate = None if spec.paired_test_stream else evaluate_whole_stream(benchmark, loaders)
+            records = train_stream(strategy, benchmark, checkpoint=checkpoint, resume=config.resume,
+                                   every_n_epochs=config.checkpoint_epochs if checkpoint else None,
+                                   evaluate=evaluate, loader_options=loaders)
+        # A joint run's matrix is one row (after its one training, every experience): its average
+        # accuracy is over the whole test stream, its forgetting 0, and the plot draws it as a level.
+        matrix = [_per_experience(metrics, "Top1_Acc_Exp", count) for metrics in records]
+        metrics = records[-1]
+        result = {
+            "label": planned.label, "method": planned.method, "seed": planned.seed,
+            "rank": planned.rank, "k": planned.k,
+            "accuracy_matrix": matrix,
+            "average_accuracy": weighted_mean(matrix[-1], test_sizes),
+            "forgetting": forgetting(matrix),
+            # An expert is right for a test sample when it was trained on the training experience
+            # the sample's test experience belongs to; where none does, there is nothing to count.
+            "routing_accuracy": (weighted_mean(_per_experience(metrics, "RoutingAcc_Exp", count), test_sizes)
+                                 if entry.prototypes and spec.paired_test_stream else None),
+            "trainable_parameters_per_experience": trainable_parameters_per_experience(strategy,
+                                                                                       benchmark.train_stream[0]),
+            "wall_seconds": time.perf_counter() - wall,
+            "cpu_seconds": time.process_time() - cpu,
+        }
+        if wandb is not None:
+            wandb.run.summary.update({key: value for key, value in result.items()
+                                      if isinstance(value, (int, float))})
+    if main_process:
+        write_atomically(record, (json.dumps(result, indent=2) + "\n").encode())
+    return result
+
+
+def trainable_parameters_per_experience(strategy: Any, first_experience: Optional[Any] = None) -> int:
+    """What one experience trains.
+
+    CoLoR and S-Prompts: one expert (LoRA + head, or prompt tokens + head; the first
+    experience's, as the paper counts). L2P: everything it trains, the pool's keys and
+    prompts and the head over all classes seen; all of it is shared by every experience
+    (L2P adds nothing per experience but head rows for new classes). The other methods: what
+    they train: the whole model for the fine-tuning baselines, nothing for NCM (0), and for the
+    joint bounds what their one training on all experiences trains (Joint-LoRA: one expert
+    whose head covers every class). SD-LoRA and InfLoRA: what the first experience trains (its
+    LoRA component, SD-LoRA's magnitude, the head rows of its classes), as their papers count.
+    """
+    model = strategy.model
+    if isinstance(model, (SDLoRAViT, InfLoRAViT)):  # the first experience's component, with its head rows
+        if first_experience is None:
+            raise ValueError(f"first_experience is needed to count what {type(strategy).__name__}'s first experience "
+                             f"trains (its head rows are its classes'), got None")
+        return model.experience_parameter_count(0, len(experience_classes(first_experience)))
+    if isinstance(model, RoutedExpertViT):
+        return sum(p.numel() for p in model.expert_parameters(0))
+    if isinstance(strategy, L2P):
+        return sum(p.numel() for p in model.trainable_parameters())
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def slug(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9+=-]+", "_", label).strip("_")
+
+
+def train_jointly(strategy, benchmark, loader_options: dict[str, Any]) -> dict[str, float]:
+    """Train on all experiences at once (JointTraining), then evaluate on the whole test stream."""
+    strategy.train(benchmark.train_stream, **loader_options)
+    return evaluate_whole_stream(benchmark, loader_options)(strategy, 0)
+
+
+def evaluate_whole_stream(benchmark, loader_options: dict[str, Any]) -> Callable[[Any, int], dict[str, float]]:
+    """``train_stream``'s evaluation on the whole test stream after every training experience:
+    the numeric metrics of ``strategy.eval(benchmark.test_stream, **loader_options)``."""
+    def evaluate(strategy, index: int) -> dict[str, float]:
+        metrics = strategy.eval(benchmark.test_stream, **loader_options)
+        return {name: value for name, value in metrics.items()
+                if isinstance(value, (int, float)) and not isinstance(value, bool)}
+    return evaluate
+
+
+def _per_experience(metrics: dict[str, float], metric: str, count: int) -> list[Optional[float]]:
+    """An Avalanche per-experience metric as a list (None for experiences not evaluated yet)."""
+    row: list[Optional[float]] = [None] * count
+    for name, value in metrics.items():
+        match = PER_EXPERIENCE.match(name)
+        if match and match["metric"] == metric:
+            row[int(match["experience"])] = value
+    return row

@@ -1,0 +1,198 @@
+"""The ``avalanche-color compare`` command: flags made from RunConfig, one-line errors, nothing lost on a
+bad rerun, and --help before torch is imported."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from avalanche_color.runner import RunConfig, RunConfigError
+from avalanche_color.runner.cli import config_from, main, parser
+from avalanche_color.runner.provenance import config_record
+
+REPOSITORY = Path(__file__).parents[1]
+RESULTS = REPOSITORY / "benchmarks" / "results"
+
+
+def parsed(*flags: str) -> RunConfig:
+    argv = ["compare", *flags]
+    return config_from(parser().parse_args(argv), argv)[0]
+
+
+def test_every_flag_is_a_config_field_with_its_default_and_help():
+    fields = [spec for spec in dataclasses.fields(RunConfig) if spec.metadata["cli"]]
+    compare = parser()._subparsers._group_actions[0].choices["compare"]  # noqa: SLF001 (argparse has no accessor)
+    actions = {action.dest: action for action in compare._actions}  # noqa: SLF001
+    for spec in fields:
+        assert spec.metadata["help"] in actions[spec.name].help
+    defaults = parsed("--benchmark", "digits_class")
+    assert defaults == RunConfig(benchmark="digits_class", out=Path("runs") / "digits_class")
+    given = parsed("--benchmark", "pacs", "--rank", "1", "2", "--k", "3", "--batch-size", "7", "--loggers",
+                   "--resume", "--name", "ablation", "--out-dir", "elsewhere")
+    assert (given.ranks, given.ks, given.batch_size, given.loggers, given.resume, given.out) == (
+        (1, 2), (3,), 7, (), True, Path("elsewhere") / "ablation")
+
+
+@pytest.mark.parametrize("folder", sorted(path.parent.name for path in RESULTS.glob("*/results.json")))
+def test_each_committed_command_gives_the_config_its_results_record(folder):
+    """The committed tables stay reproducible: each recorded command (as the runner reads it now)
+    gives every setting its results.json records, the defaults included."""
+    recorded = json.loads((RESULTS / folder / "results.json").read_text())["config"]
+    words = shlex.split(recorded["command"])
+    flags = [word for word in words[words.index("--benchmark"):] if word != "--publish"]
+    now = config_record(parsed(*flags))
+    ignored = {"out", "command", "resume"}  # where it was written and how it was called
+    differing = {name: (recorded[name], now[name]) for name in recorded
+                 if name in now and name not in ignored and recorded[name] != now[name]}
+    assert differing == {}
+
+
+# ---------------------------------------------------------------------- one-line errors
+
+
+def refused(tmp_path: Path, *flags: str) -> str:
+    """The one line a refused command exits with; nothing is written."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["compare", *flags, "--out-dir", str(tmp_path / "runs")])
+    message = str(exit_.value)
+    assert "\n" not in message and message.startswith("avalanche-color compare: error: ")
+    assert not (tmp_path / "runs").exists()
+    return message.removeprefix("avalanche-color compare: error: ")
+
+
+def test_bad_data_is_refused_in_one_line_naming_the_flag_the_path_and_the_fix(tmp_path):
+    missing = tmp_path / "missing.zip"
+    assert refused(tmp_path, "--benchmark", "pacs", "--data", str(missing)) == (
+        f"--data {missing}: data path {str(missing)!r} does not exist: give the data set's zip file or unpacked "
+        "folder")
+    (tmp_path / "empty").mkdir()
+    assert "is empty" in refused(tmp_path, "--benchmark", "pacs", "--data", str(tmp_path / "empty"))
+    corrupt = tmp_path / "pacs.zip"
+    corrupt.write_bytes(b"PK\x03\x04 cut short")
+    message = refused(tmp_path, "--benchmark", "split_tiny_imagenet", "--data", str(corrupt))
+    assert f"{str(corrupt)!r} is not a readable zip file" in message
+    assert refused(tmp_path, "--benchmark", "digits_class", "--data", str(corrupt)).startswith(
+        f"--data {corrupt}: benchmark 'digits_class' takes no data")
+
+
+def test_a_k_the_data_cannot_give_and_an_unknown_backbone_are_refused_in_one_line(tmp_path, tiny_backbone):
+    message = refused(tmp_path, "--benchmark", "digits_class", "--methods", "CoLoR", "--k", "10000",
+                      "--backbone", tiny_backbone)
+    assert message.startswith("--k 10000: must be at most ") and "training experience 0 of digits_class" in message
+    assert refused(tmp_path, "--benchmark", "digits_class", "--backbone", "no-such-vit").startswith(
+        "--backbone no-such-vit: backbone must be a weights file, 'offline', 'digits', a pretrained timm model name")
+    assert refused(tmp_path, "--benchmark", "digits_class", "--rank", "0") == "--rank 0: must each be an integer >= 1"
+
+
+def test_debug_shows_the_error_itself(tmp_path, monkeypatch):
+    flags = ["compare", "--benchmark", "digits_class", "--rank", "0", "--out-dir", str(tmp_path)]
+    with pytest.raises(RunConfigError, match="ranks must each be an integer >= 1"):
+        main([*flags, "--debug"])
+    monkeypatch.setenv("AVALANCHE_COLOR_DEBUG", "1")
+    with pytest.raises(RunConfigError):
+        main(flags)
+
+
+def command(*arguments: str, env: dict | None = None, cwd: Path = REPOSITORY) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "PYTHONPATH": str(REPOSITORY), "OMP_NUM_THREADS": "1", **(env or {})}
+    return subprocess.run([sys.executable, *arguments], capture_output=True, text=True, timeout=300, cwd=cwd,
+                          env=environment)
+
+
+def test_the_command_prints_one_line_and_no_traceback_unless_asked(tmp_path):
+    flags = ["-m", "avalanche_color.runner", "compare", "--benchmark", "pacs", "--data", str(tmp_path / "x.zip")]
+    plain = command(*flags, cwd=tmp_path)
+    assert plain.returncode == 1 and plain.stderr.strip().count("\n") == 0 and "Traceback" not in plain.stderr
+    debug = command(*flags, env={"AVALANCHE_COLOR_DEBUG": "1"}, cwd=tmp_path)
+    assert debug.returncode == 1 and "Traceback" in debug.stderr and "RunConfigError" in debug.stderr
+
+
+def test_help_and_flag_errors_answer_before_torch_is_imported(tmp_path):
+    for flags in (["--help"], ["--benchmark", "digits_class", "--epochs", "zero"]):
+        run = command("-X", "importtime", "-m", "avalanche_color.runner", "compare", *flags, cwd=tmp_path)
+        imported = {line.split("|")[-1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")}
+        assert imported and not {name for name in imported if name.split(".")[0] in ("torch", "avalanche", "timm")}
+    assert run.returncode == 2 and "argument --epochs: invalid int value: 'zero'" in run.stderr
+
+
+# ---------------------------------------------------------------------- nothing lost on a bad rerun
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def test_a_bad_or_failed_rerun_leaves_the_finished_comparison_as_it_was(tiny_backbone, tmp_path, monkeypatch):
+    from avalanche_color.runner.methods import REGISTRY
+
+    flags = ["compare", "--benchmark", "digits_class", "--methods", "CoLoR", "Naive", "--epochs", "1", "--rank", "2",
+             "--backbone", tiny_backbone, "--loggers", "text", "--out-dir", str(tmp_path), "--name", "run"]
+    main(flags)
+    folder = tmp_path / "run"
+    finished = snapshot(folder)
+    assert {"results.json", "summary.md", "runs/CoLoR_seed0.json", "checkpoints/CoLoR_seed0.ckpt"} <= set(finished)
+
+    with pytest.raises(SystemExit, match="--k 10000: must be at most"):
+        main([*flags, "--k", "10000"])
+    assert snapshot(folder) == finished  # refused before anything changed
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("the second method fails")
+
+    monkeypatch.setitem(REGISTRY, "Naive", dataclasses.replace(REGISTRY["Naive"], build=fails))
+    with pytest.raises(SystemExit, match="RuntimeError: the second method fails"):
+        main([*flags, "--epochs", "2"])
+    assert {name: data for name, data in snapshot(folder).items() if not name.startswith("attempt/")} == finished
+    assert (folder / "attempt" / "runs" / "CoLoR_seed0.json").exists()  # the new attempt waits for --resume
+
+    with pytest.raises(SystemExit) as exit_:  # resuming it with other settings: says what to do
+        main([*flags, "--epochs", "3", "--resume"])
+    assert str(exit_.value).startswith("avalanche-color compare: error: --resume: cannot continue the runs in ")
+    assert "different epochs; run without --resume" in str(exit_.value) and "another --name" in str(exit_.value)
+
+
+# ---------------------------------------------------------------------- the registry of methods
+
+
+def test_a_family_is_one_module_in_the_registry(monkeypatch):
+    """What a new family (e.g. SD-LoRA and InfLoRA) takes: a module with METHODS and its name in FAMILIES."""
+    import types
+
+    from avalanche_color.runner import methods
+
+    family = types.ModuleType("avalanche_color.runner.methods.toy")
+    family.METHODS = (methods.Method("Toy", lambda run: dict(rank=run.rank), lambda run, options: options,
+                                     lora=True, frozen_backbone=True),)
+    monkeypatch.setitem(sys.modules, family.__name__, family)
+    monkeypatch.setattr(methods, "FAMILIES", (*methods.FAMILIES, "toy"))
+    registry = methods._registry()  # noqa: SLF001 (what the module builds on import)
+    assert list(registry)[-1] == "Toy" and set(methods.METHODS) < set(registry)
+    monkeypatch.setattr(methods, "REGISTRY", registry)
+    run = methods.MethodRun(RunConfig(benchmark="digits_class"), 3, None, 10, lambda classes: None, {})
+    assert methods.build_strategy(run, "Toy") == {"rank": 3}
+    family.METHODS += (methods.Method("Toy", dict, dict),)
+    with pytest.raises(ValueError, match="method 'Toy' is declared twice"):
+        methods._registry()  # noqa: SLF001
+
+
+def test_each_family_module_declares_its_methods_and_imports_no_torch():
+    run = command("-c", "import sys; from avalanche_color.runner.methods import REGISTRY; "
+                        "print(len(REGISTRY), 'torch' in sys.modules)")
+    assert run.stdout.split() == ["17", "False"]
+
+
+def test_the_committed_results_command_form_is_the_runners_command():
+    from benchmarks.compare.__main__ import translated
+
+    results = os.path.relpath(RESULTS)
+    assert translated(["--benchmark", "pacs", "--publish", "--epochs", "3"]) == [
+        "compare", "--benchmark", "pacs", "--epochs", "3", "--out-dir", results]
+    argv = translated(["--benchmark", "digits_class", "--publish"])
+    assert config_from(parser().parse_args(argv), argv)[0].out == Path(results) / "digits_class"
