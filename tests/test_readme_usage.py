@@ -11,7 +11,7 @@ PAGE = REPOSITORY / "docs" / "guide" / "trained-model.md"
 
 def usage_code() -> str:
     code = [block.code for block in runnable(PAGE)]
-    assert len(code) == 4  # train, predict, save and load as a folder, the experts' state dict
+    assert len(code) == 5  # train, predict, save and load as a folder, a damaged save refused, the state dict
     return "\n".join(code)
 
 

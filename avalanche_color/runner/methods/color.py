@@ -51,11 +51,11 @@ def _build_joint_lora(run: MethodRun, options: dict[str, Any]):
 
 
 METHODS = (
-    _variant("CoLoR", routing="backbone"),
-    _variant("CoLoR++", routing="first_expert"),
-    _variant("CoLoR-oracle", task_labels=True, routing="oracle"),
-    _variant("CoLoR-ridge", routing="backbone", router="ridge"),
-    _variant("CoLoR-gaussian", routing="backbone", router="gaussian"),
-    _variant("CoLoR++-ridge", routing="first_expert", router="ridge"),
+    _variant("CoLoR", routing_features="backbone", router="prototypes"),
+    _variant("CoLoR++", routing_features="first_expert", router="prototypes"),
+    _variant("CoLoR-oracle", task_labels=True, routing_features="backbone", router="oracle"),
+    _variant("CoLoR-ridge", routing_features="backbone", router="ridge"),
+    _variant("CoLoR-gaussian", routing_features="backbone", router="gaussian"),
+    _variant("CoLoR++-ridge", routing_features="first_expert", router="ridge"),
     Method("Joint-LoRA", _joint_lora_options, _build_joint_lora, lora=True, joint=True),
 )
