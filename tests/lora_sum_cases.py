@@ -181,13 +181,21 @@ def check_online_stream_with_task_boundaries(strategy_class, tmp_path: Path) -> 
     assert cases.stream_accuracy(strategy.eval(test_stream), test_stream) > cases.LEARNED
 
 
-def check_positional_model_warns_as_avalanche(strategy_class, model_class) -> None:
-    """``Strategy(vit, ...)`` works, with Avalanche's deprecation warning for positional arguments."""
+def check_model_first_and_positional_warnings_as_avalanche(strategy_class, model_class) -> None:
+    """``Strategy(vit, rank=...)`` works silently, as ``CoLoR(vit, rank=...)``; a positional argument
+    after the model gets Avalanche's deprecation warning, as in ``Naive(model, optimizer)``."""
+    import warnings
+
     from avalanche.training.templates.base import PositionalArgumentsDeprecatedWarning
 
-    with pytest.warns(PositionalArgumentsDeprecatedWarning):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PositionalArgumentsDeprecatedWarning)
         strategy = strategy_class(tiny_vit(), rank=2)
     assert isinstance(strategy.model, model_class) and strategy.config.rank == 2
+    with pytest.warns(PositionalArgumentsDeprecatedWarning):
+        strategy_class(tiny_vit(), 3)  # taken as the next keyword, rank
+    with pytest.warns(PositionalArgumentsDeprecatedWarning):
+        assert strategy_class(tiny_vit(), 3).config.rank == 3
 
 
 def check_loader_options_reach_every_loader(strategy_class, monkeypatch) -> None:

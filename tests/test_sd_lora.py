@@ -11,7 +11,7 @@ from avalanche_color.peers.lora_sum.layer import direction_norm
 from lora_sum_cases import (check_the_runner_reports_what_the_first_experience_trains,
                             check_bad_options_are_refused, check_dtype, check_loader_options_reach_every_loader,
                             check_online_stream_with_task_boundaries,
-                            check_positional_model_warns_as_avalanche, check_pretrained_round_trip,
+                            check_model_first_and_positional_warnings_as_avalanche, check_pretrained_round_trip,
                             check_resume_equals_uninterrupted, check_signature_agrees_with_config,
                             drop_in_accuracy, tiny, trained_counts)
 from lora_sum_torchrun import check_two_ranks_equal_one_process
@@ -95,8 +95,8 @@ def test_online_stream_with_task_boundaries_trains_one_component_per_experience(
     check_online_stream_with_task_boundaries(SDLoRA, tmp_path)
 
 
-def test_the_model_given_positionally_warns_as_in_avalanche():
-    check_positional_model_warns_as_avalanche(SDLoRA, SDLoRAViT)
+def test_the_model_comes_first_silently_later_positionals_warn_as_in_avalanche():
+    check_model_first_and_positional_warnings_as_avalanche(SDLoRA, SDLoRAViT)
 
 
 def test_loader_options_reach_every_loader(monkeypatch):

@@ -80,8 +80,8 @@ class InfLoRA(LoRASumTemplate):
 
     def __init__(
         self,
-        *,
         model: nn.Module,
+        *,
         rank: int = 10,
         threshold: float = 0.95,
         final_threshold: float = 1.0,

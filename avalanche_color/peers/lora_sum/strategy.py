@@ -23,6 +23,7 @@ from avalanche.training.templates import SupervisedTemplate
 from torch import Tensor, nn
 
 from avalanche_color.peers.lora_sum.model import LoRASumViT
+from avalanche_color.training.configured_strategy import model_first
 from avalanche_color.training.cosine_schedule import PerExperienceCosine
 from avalanche_color.training.data_checks import DataChecksPlugin
 from avalanche_color.training.distributed import eval_loader, gather_eval_batch, is_distributed, wrap_current_expert
@@ -55,6 +56,12 @@ class LoRASumTemplate(PerExperienceCosine, SupervisedTemplate):
 
     model: LoRASumViT
     ddp_model: Optional[nn.Module] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        init = cls.__init__
+        super().__init_subclass__(**kwargs)  # Avalanche's BaseTemplate wraps __init__: see model_first
+        # SDLoRA(vit, rank=...) as CoLoR(vit, rank=...): the model alone by position passes silently.
+        cls.__init__ = init if getattr(init, "takes_model_first", False) else model_first(init)  # type: ignore
 
     def __init__(self, *, model: LoRASumViT, config: Any, criterion: Optional[nn.Module],
                  device: Union[str, torch.device], plugins: Optional[Sequence[BasePlugin]],

@@ -70,8 +70,8 @@ class SDLoRA(LoRASumTemplate):
 
     def __init__(
         self,
-        *,
         model: nn.Module,
+        *,
         rank: int = 10,
         rank_schedule: Optional[tuple[int, ...]] = None,
         magnitude_init: float = 0.8,
