@@ -103,8 +103,8 @@ def test_runner_logs_each_run_to_its_own_offline_wandb_run(tiny_backbone, tmp_pa
         assert exit_code(run_file) == 0
     # Each run's config holds its method's own options, as its strategy got them.
     color, naive = (run_config(run_file) for run_file in run_files)
-    assert (color["method"], color["seed"], color["rank"], color["k"], color["lr"], color["routing"]) == (
-        "CoLoR", 0, 2, 4, 0.05, "backbone")
+    assert (color["method"], color["seed"], color["rank"], color["k"], color["lr"], color["routing_features"],
+            color["router"]) == ("CoLoR", 0, 2, 4, 0.05, "backbone", "prototypes")
     assert (naive["method"], naive["lr"], naive["momentum"]) == ("Naive", 0.01, 0.9) and "rank" not in naive
     assert color["comparison"]["benchmark"] == "digits_class"
 

@@ -46,3 +46,24 @@ def test_a_stale_table_in_a_docs_page_is_found(tmp_path):
     (tmp_path / "README.md").write_text("no tables\n")
     (tmp_path / "docs" / "benchmarks" / "index.md").write_text("<!-- results: pacs -->\nold\n<!-- end results -->\n")
     assert stale_pages(tmp_path) == {"docs/benchmarks/index.md": ["pacs"]}
+
+
+def test_an_across_block_sets_methods_side_by_side_from_the_first_folder_that_ran_them(tmp_path):
+    from benchmarks.reporting.readme import across_names
+
+    def run(method, accuracy, seed=0):
+        return {"label": method, "method": method, "seed": seed, "accuracy_matrix": [[accuracy]],
+                "average_accuracy": accuracy, "forgetting": 0.0, "routing_accuracy": None,
+                "trainable_parameters_per_experience": 1, "wall_seconds": 1.0, "cpu_seconds": 1.0}
+
+    for name, runs in {"a": [run("X", 0.5), run("X", 0.7, 1)], "b": [run("X", 0.1), run("Y", 0.2)], "c": [run("Y", 0.9)]}.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(
+            {"config": {"command": f"avalanche-color compare --name {name}"}, "device": "cpu: x, 1 thread", "runs": runs}))
+    text = "<!-- across: one=a,b; two=c | X Y Z -->\nold\n<!-- end across -->\n"
+    assert stale_blocks(text, tmp_path) == ["one=a,b; two=c"] and across_names(text) == ["a", "b", "c"]
+    fresh = updated(text, tmp_path)
+    assert "| X | 60.0 ± 14.1 (2) | - |" in fresh  # folder a ran X: b's X is not used
+    assert "| Y | 20.0 (1) | 90.0 (1) |" in fresh and "| Z | - | - |" in fresh
+    assert "OMP_NUM_THREADS=1 avalanche-color compare --name a\n" in fresh and "--name c" in fresh
+    assert stale_blocks(fresh, tmp_path) == []

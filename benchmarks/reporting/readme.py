@@ -15,6 +15,16 @@ Between them goes the command that produced the results (on a CPU, with the thre
 with), the table (without wall time, which differs between runs), and the machine it ran on. The
 same results folder may have a block in several pages (the README's headline tables are also in
 the docs' benchmark pages); each is written the same way.
+
+A second kind of block sets methods side by side across benchmarks, each cell the method's
+average accuracy (mean ± std over seeds, and the seed count) from the first listed results folder
+of that benchmark that ran it::
+
+    <!-- across: pacs=pacs_lora_peers,pacs_routers; split_tiny_imagenet=... | SD-LoRA InfLoRA RanPAC -->
+    ...
+    <!-- end across -->
+
+It is written with the commands of the folders it read, so every number has its command.
 """
 
 from __future__ import annotations
@@ -26,13 +36,16 @@ import sys
 from pathlib import Path
 
 from benchmarks import REPOSITORY
-from benchmarks.reporting import markdown_table, summary_rows
+from avalanche_color.runner.report import mean_and_spread
+from benchmarks.reporting import by_label, markdown_table, summary_rows
 
 README = REPOSITORY / "README.md"
 DOCS = REPOSITORY / "docs"
 RESULTS = REPOSITORY / "benchmarks" / "results"
 CPU_THREADS = re.compile(r"^cpu\b.*?(\d+) threads?\b")
 BLOCK = re.compile(r"(<!-- results: (?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- end results -->)", re.DOTALL)
+ACROSS = re.compile(r"(<!-- across: (?P<spec>[^|>]+)\|(?P<methods>[^>]+) -->\n)(?P<body>.*?)(<!-- end across -->)",
+                    re.DOTALL)
 
 
 def pages(repository: Path = REPOSITORY) -> list[Path]:
@@ -43,14 +56,49 @@ def pages(repository: Path = REPOSITORY) -> list[Path]:
 def render(name: str, results: Path = RESULTS) -> str:
     """The block for ``benchmarks/results/<name>``: command, table, machine."""
     result = json.loads((results / name / "results.json").read_text())
-    command = result["config"].get("command") or "python -m benchmarks.compare ..."
-    threads = CPU_THREADS.search(result["device"])
-    if threads:  # float sums depend on the thread count: the same count gives the same table
-        command = f"OMP_NUM_THREADS={threads[1]} {command}"
+    command = _command(result)  # with its thread count: float sums depend on it
     # Wall time differs between runs and machines: it stays in summary.md, out of the pages.
     rows = [{column: value for column, value in row.items() if column != "minutes / run"}
             for row in summary_rows(result["runs"])]
     return f"```bash\n{command}\n```\n\n{markdown_table(rows)}\n\nMade on {result['device']}.\n"
+
+
+def _command(result: dict) -> str:
+    command = result["config"].get("command") or "python -m benchmarks.compare ..."
+    threads = CPU_THREADS.search(result["device"])
+    return f"OMP_NUM_THREADS={threads[1]} {command}" if threads else command
+
+
+def parse_across(spec: str, methods: str) -> tuple[dict[str, list[str]], list[str]]:
+    """``"pacs=a,b; tiny=c | M1 M2"`` as ({"pacs": ["a", "b"], "tiny": ["c"]}, ["M1", "M2"])."""
+    columns = {}
+    for part in spec.split(";"):
+        benchmark, _, folders = part.strip().partition("=")
+        columns[benchmark.strip()] = [folder.strip() for folder in folders.split(",") if folder.strip()]
+    return columns, methods.split()
+
+
+def render_across(columns: dict[str, list[str]], methods: list[str], results: Path = RESULTS) -> str:
+    """Methods (rows) by benchmarks (columns): average accuracy, % (seeds), from the first folder of a
+    benchmark that ran the method; then the commands of the folders that gave a cell."""
+    loaded = {folder: json.loads((results / folder / "results.json").read_text())
+              for folders in columns.values() for folder in folders}
+    used: list[str] = []
+    rows = []
+    for method in methods:
+        row = {"method": method}
+        for benchmark, folders in columns.items():
+            cell = "-"
+            for folder in folders:
+                group = by_label(loaded[folder]["runs"]).get(method)
+                if group:
+                    cell = f"{mean_and_spread([run['average_accuracy'] for run in group])} ({len(group)})"
+                    used += [folder] if folder not in used else []
+                    break
+            row[benchmark] = cell
+        rows.append(row)
+    commands = "\n".join(_command(loaded[folder]) for folder in used)
+    return f"{markdown_table(rows)}\n\n```bash\n{commands}\n```\n"
 
 
 def block_names(text: str) -> list[str]:
@@ -58,14 +106,24 @@ def block_names(text: str) -> list[str]:
     return [m["name"] for m in BLOCK.finditer(text)]
 
 
+def across_names(text: str) -> list[str]:
+    """The results folders ``text``'s across-benchmark blocks read."""
+    return [folder for m in ACROSS.finditer(text) for folders in parse_across(m["spec"], m["methods"])[0].values()
+            for folder in folders]
+
+
 def updated(text: str, results: Path = RESULTS) -> str:
     """``text`` with every results block rewritten from its results file."""
-    return BLOCK.sub(lambda m: m.group(1) + render(m["name"], results) + m.group(4), text)
+    text = BLOCK.sub(lambda m: m.group(1) + render(m["name"], results) + m.group(4), text)
+    return ACROSS.sub(lambda m: m.group(1) + render_across(*parse_across(m["spec"], m["methods"]), results)
+                      + m.group(5), text)
 
 
 def stale_blocks(text: str, results: Path = RESULTS) -> list[str]:
-    """Names of the blocks whose content differs from their results file."""
-    return [m["name"] for m in BLOCK.finditer(text) if m["body"] != render(m["name"], results)]
+    """Names of the blocks whose content differs from their results file (an across block: its spec)."""
+    stale = [m["name"] for m in BLOCK.finditer(text) if m["body"] != render(m["name"], results)]
+    return stale + [m["spec"].strip() for m in ACROSS.finditer(text)
+                    if m["body"] != render_across(*parse_across(m["spec"], m["methods"]), results)]
 
 
 def stale_pages(repository: Path = REPOSITORY, results: Path = RESULTS) -> dict[str, list[str]]:
