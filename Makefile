@@ -11,7 +11,8 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 
 .PHONY: main main-publish test perf benchmarks benchmarks-digits benchmarks-pacs benchmarks-tiny benchmarks-routing \
-	benchmarks-routing-tiny benchmarks-routing-small benchmarks-routing-pacs benchmarks-routing-digits setup clean
+	benchmarks-routing-tiny benchmarks-routing-small benchmarks-routing-pacs benchmarks-routing-digits \
+	benchmarks-lora-peers benchmarks-lora-peers-tiny benchmarks-lora-peers-small setup clean
 
 MAIN := --methods CoLoR Naive EWC LwF Replay --epochs 5 --batch-size 32 --rank 16 --k 10 --loggers \
 	--seeds 0 1 2 3 4 --baseline-seeds 0 1 2 3 4
@@ -41,7 +42,7 @@ PACS := --benchmark pacs --epochs 3
 TINY := --benchmark split_tiny_imagenet --epochs 2 --train-per-class 100
 DIGITS_BUDGET := --epochs 5 --batch-size 32 --rank 16 --k 10 --loggers
 DIGITS := $(DIGITS_BUDGET) --methods CoLoR CoLoR++ --seeds 0 1 2
-benchmarks: benchmarks-digits benchmarks-pacs benchmarks-tiny benchmarks-routing
+benchmarks: benchmarks-digits benchmarks-pacs benchmarks-tiny benchmarks-routing benchmarks-lora-peers
 
 # Beyond the paper: class-level routers against CoLoR's prototypes and the training-free baselines,
 # 3 seeds each (CoLoR, CoLoR++ and the oracle on PACS and Tiny: the baseline tables above). About
@@ -79,6 +80,22 @@ benchmarks-tiny: $(STAMP)
 	$(COMPARE) $(TINY) --methods CoLoR --rank 1 8 64 --name split_tiny_imagenet_rank --resume
 	$(COMPARE) $(TINY) $(PROMPT_METHODS) --seeds 0 1 2 --name split_tiny_imagenet_prompts --resume
 	$(COMPARE) $(TINY) --methods CoLoR CoLoR++ --seeds 0 1 2 --prototypes-per-class 2 --name split_tiny_imagenet_prototypes_per_class --resume
+
+# The LoRA peers that route nothing (SD-LoRA, InfLoRA), 3 seeds on every offline benchmark at the
+# budgets of the tables above, and the prompt peers on digits for the side-by-side table: about
+# 1 CPU hour; `make -j2 benchmarks-lora-peers` runs the two lanes side by side.
+LORA_PEERS := --methods SD-LoRA InfLoRA --seeds 0 1 2 --resume
+benchmarks-lora-peers: benchmarks-lora-peers-tiny benchmarks-lora-peers-small
+
+benchmarks-lora-peers-tiny: $(STAMP)
+	$(COMPARE) $(TINY) $(LORA_PEERS) --name split_tiny_imagenet_lora_peers
+
+benchmarks-lora-peers-small: $(STAMP)
+	$(COMPARE) --benchmark digits_class $(DIGITS_BUDGET) $(LORA_PEERS) --name digits_class_lora_peers
+	$(COMPARE) --benchmark digits_domain $(DIGITS_BUDGET) $(LORA_PEERS) --name digits_domain_lora_peers
+	$(COMPARE) $(PACS) $(LORA_PEERS) --name pacs_lora_peers
+	$(COMPARE) --benchmark digits_class $(DIGITS_BUDGET) $(PROMPT_METHODS) --seeds 0 1 2 --resume --name digits_class_prompts
+	$(COMPARE) --benchmark digits_domain $(DIGITS_BUDGET) $(PROMPT_METHODS) --seeds 0 1 2 --resume --name digits_domain_prompts
 
 # Speed and memory ratios (benchmarks/results/perf.md); peft only as a point of comparison.
 perf: $(STAMP)

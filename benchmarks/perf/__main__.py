@@ -19,6 +19,9 @@ Printed and written as a markdown table:
   for 1, 2, 10 and 50 experts in one batch (``--mixed-batch-size`` samples, 50 by default)
 * routing (nearest prototype) and k-means fit time as a share of a forward
 * the class-level routers (ridge, gaussian): routing and fitting time as a share of a forward
+* SD-LoRA and InfLoRA (``--experts`` experiences learned, the last one training): their training step /
+  frozen-backbone forward, and their inference throughput / CoLoR's routed inference throughput (one
+  forward and no router against two passes)
 * loader / step = images per second of a training data loader (JPEG photos decoded, RandomResizedCrop,
   flip, normalise, with ``--loader-workers`` worker processes) / images per second of the CoLoR
   training step: below 1 the accelerator waits for the data
@@ -40,10 +43,10 @@ import torch
 from timm.data import resolve_data_config
 from torch import nn
 
-from avalanche_color import CoLoRConfig, fit_prototypes
+from avalanche_color import CoLoRConfig, InfLoRAConfig, InfLoRAViT, SDLoRAConfig, SDLoRAViT, fit_prototypes
 from avalanche_color.routing.class_router import ClassRouter
 from benchmarks.perf.timing import Spread, Variant, interleaved, per_round, seconds
-from benchmarks.perf.workloads import (PHOTO_SIZE, JPEGDataset, build_color, jpeg_photos, load_epoch,
+from benchmarks.perf.workloads import (PHOTO_SIZE, JPEGDataset, build_color, build_lora_sum, jpeg_photos, load_epoch,
                                        paper_train_transform, peft_adapters, training_loader, training_memory)
 
 RESULTS = Path(__file__).parents[1] / "results"
@@ -64,6 +67,11 @@ def fitted_class_routers(num_features: int, experts: int, generator: torch.Gener
             router.fit(expert, features, labels)
             router.finish(expert)
     return routers
+
+
+def _no_grad(model: nn.Module, x: torch.Tensor) -> None:
+    with torch.no_grad():
+        model(x)
 
 
 def plural(count: int, word: str = "expert") -> str:
@@ -184,6 +192,21 @@ def main() -> None:
     variants["CoLoR training step"] = Variant(color_step, setup=model.train)
     variants["full fine-tuning step"] = Variant(full_step)
 
+    # The LoRA peers that route nothing: one forward with every component summed in, one head.
+    peer_labels = labels % CLASSES + CLASSES * (args.experts - 1)  # the classes of the experience being learned
+    for name, model_class, config in (("SD-LoRA", SDLoRAViT, SDLoRAConfig(rank=args.rank)),
+                                      ("InfLoRA", InfLoRAViT, InfLoRAConfig(rank=args.rank))):
+        peer = build_lora_sum(model_class, config, make_vit(), args.experts, CLASSES, device)
+        peer_optimizer = torch.optim.SGD(list(peer.trainable_parameters()), lr=1e-3, momentum=0.9)
+
+        def peer_step(peer=peer, peer_optimizer=peer_optimizer):
+            peer_optimizer.zero_grad(set_to_none=True)
+            criterion(peer(x), peer_labels).backward()
+            peer_optimizer.step()
+
+        variants[f"{name} training step"] = Variant(peer_step, setup=peer.train)
+        variants[f"{name} inference"] = Variant(partial(_no_grad, peer, x), setup=peer.eval)
+
     # The data a training step needs: one epoch of a loader per timing, its workers kept between epochs.
     data = resolve_data_config({}, model=plain)
     photos = JPEGDataset(jpeg_photos(PHOTOS), args.loader_batches * args.batch_size,
@@ -235,6 +258,13 @@ def main() -> None:
         ("R4 expert pass", f"expert pass, {e} experts mixed / 1 expert (time)",
          ratio(lambda t: t[expert_mixed] / t["expert pass, 1 expert"]), "1.0", ""),
     ]
+    for name in ("SD-LoRA", "InfLoRA"):
+        rows += [
+            (f"{name} step", f"{name} training step / frozen-backbone forward ({e} experiences learned)",
+             ratio(lambda t, name=name: t[f"{name} training step"] / t["frozen-backbone forward"]), "", ""),
+            (f"{name} inference", f"{name} inference throughput / CoLoR routed inference throughput, {e} experts mixed",
+             ratio(lambda t, name=name: t[routed_mixed] / t[f"{name} inference"]), "about 2", ""),
+        ]
     if mixed_counts and not peft_note:
         ours = lambda n: f"expert pass, {n} {plural(n)} in batch {m}"  # noqa: E731
         peft = lambda n: f"peft mixed-adapter pass, {n} {plural(n, 'adapter')} in batch {m}"  # noqa: E731

@@ -30,6 +30,22 @@ def build_color(vit: nn.Module, experts: int, rank: int, classes: int, k: int, d
     return model.to(device)
 
 
+def build_lora_sum(model_class: Any, config: Any, vit: nn.Module, experiences: int, classes: int,
+                   device: torch.device) -> nn.Module:
+    """An SD-LoRA or InfLoRA model after ``experiences`` experiences of ``classes`` classes each: every
+    component with non-zero B, the last one being learned, one head over every class."""
+    model = model_class(vit, config)
+    generator = torch.Generator().manual_seed(0)
+    for experience in range(experiences):
+        if experience:
+            model.finish_component()
+        model.learn_classes(list(range(experience * classes, (experience + 1) * classes)))
+        with torch.no_grad():  # as if trained: B != 0
+            for layer in model.layers:
+                layer.components[-1].B.normal_(0, 0.02, generator=generator)
+    return model.to(device)
+
+
 def peft_adapters(vit: nn.Module, adapters: int, rank: int) -> nn.Module:
     """The same ViT with ``adapters`` peft LoRA adapters (``expert0``, ...) on every fused qkv.
 
