@@ -199,3 +199,19 @@ def test_the_committed_results_command_form_is_the_runners_command():
         "compare", "--benchmark", "pacs", "--epochs", "3", "--out-dir", results]
     argv = translated(["--benchmark", "digits_class", "--publish"])
     assert config_from(parser().parse_args(argv), argv)[0].out == Path(results) / "digits_class"
+
+
+def test_the_lora_peers_take_their_codes_optimiser_settings_under_the_paper_preset():
+    from avalanche_color import InfLoRAConfig, SDLoRAConfig
+    from avalanche_color.runner.config import RunConfig
+    from avalanche_color.runner.methods import MethodRun, method
+
+    def options(name, **settings):
+        run = MethodRun(RunConfig(benchmark="split_cifar100", **settings), 64, None, 100, lambda classes: None, {},
+                        num_experiences=10)
+        return method(name).options(run)
+
+    short, paper = options("SD-LoRA"), options("SD-LoRA", preset="paper")
+    assert short["lr"] == RunConfig(benchmark="split_cifar100").color_lr and "lr" not in paper
+    assert SDLoRAConfig().lr == 0.008 and InfLoRAConfig().lr == 5e-4  # what the strategies then use
+    assert "lr" not in options("InfLoRA", preset="paper") and options("InfLoRA")["num_experiences"] == 10

@@ -8,6 +8,10 @@ code's Adam and cosine schedule; its code's lr (5e-4 over 20 epochs) underfits t
 of 2 to 5 epochs, so it runs at 5e-3, one value for every benchmark (chosen on the class-incremental
 digits stream, where 5e-4 reached 0.48 and 5e-3 0.74 average accuracy after 2 epochs). Its protected
 subspace's threshold rises from 0.95 to 1.0 over the stream's experiences, as in its code.
+
+With ``--preset paper`` (the CoLoR paper's budget: rank, batch, epochs per benchmark, shared by every
+method) each keeps its own code's optimiser settings, the strategies' defaults: SD-LoRA SGD lr 0.008
+constant, InfLoRA Adam lr 5e-4 with a cosine schedule.
 """
 
 from __future__ import annotations
@@ -19,12 +23,18 @@ from avalanche_color.runner.methods import Method, MethodRun
 INF_LORA_LR = 5e-3
 
 
+def _short_budget_lr(run: MethodRun, lr: float) -> dict[str, float]:
+    """``lr`` for the runner's short budgets; nothing under ``--preset paper`` (the method's own default)."""
+    return {} if run.config.preset == "paper" else {"lr": lr}
+
+
 def _sd_lora_options(run: MethodRun) -> dict[str, Any]:
-    return dict(rank=run.rank, lr=run.config.color_lr, **run.weight_decay)
+    return dict(rank=run.rank, **_short_budget_lr(run, run.config.color_lr), **run.weight_decay)
 
 
 def _inf_lora_options(run: MethodRun) -> dict[str, Any]:
-    return dict(rank=run.rank, lr=INF_LORA_LR, num_experiences=run.num_experiences, **run.weight_decay)
+    return dict(rank=run.rank, **_short_budget_lr(run, INF_LORA_LR), num_experiences=run.num_experiences,
+                **run.weight_decay)
 
 
 def _build_sd_lora(run: MethodRun, options: dict[str, Any]):
