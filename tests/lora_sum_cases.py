@@ -138,6 +138,23 @@ def check_pretrained_round_trip(strategy_class, model_class, tmp_path: Path) -> 
         assert torch.equal(loaded(images), model(images))
     with pytest.raises(ValueError, match="another one"):
         model_class.from_pretrained(tmp_path / "saved", tiny_vit(1))
+    # The weights file is verified against the size and SHA-256 config.json records, as CoLoR's.
+    from avalanche_color import SavedModelError
+
+    weights = tmp_path / "saved" / "weights.safetensors"
+    data = weights.read_bytes()
+    changed = bytearray(data)
+    changed[len(data) // 2: len(data) // 2 + 8] = bytes(8)
+    weights.write_bytes(bytes(changed))
+    with pytest.raises(SavedModelError, match="weights.safetensors is not the file saved with this config.json"):
+        model_class.from_pretrained(tmp_path / "saved", tiny_vit(0))
+    weights.write_bytes(data[:-10])
+    with pytest.raises(SavedModelError, match=f"weights.safetensors is {len(data) - 10} bytes, config.json records "
+                                              f"{len(data)}"):
+        model_class.from_pretrained(tmp_path / "saved", tiny_vit(0))
+    (tmp_path / "saved" / "config.json").write_text("{")
+    with pytest.raises(SavedModelError, match="config.json is not valid JSON"):
+        model_class.from_pretrained(tmp_path / "saved", tiny_vit(0))
 
 
 def check_dtype(strategy_class, dtype: torch.dtype, tmp_path: Path) -> None:

@@ -2,8 +2,10 @@
 
 The folder holds the model's :meth:`~LoRASumViT.experts_state_dict` (components, magnitudes or
 protected subspaces, head, class masks), never the backbone; ``config.json`` names the model
-class, its options and a digest of the backbone's weights. Loading builds the model on a copy
-of the backbone given, refuses another backbone or class, and predicts bit-identically.
+class, its options, a digest of the backbone's weights, and the size and SHA-256 of the weights
+file. Loading checks those first (:mod:`~avalanche_color.experts.integrity`, as CoLoR's folders:
+a changed, truncated or foreign file is a ``SavedModelError`` naming it), builds the model on a
+copy of the backbone given, refuses another backbone or class, and predicts bit-identically.
 (CoLoR's own format, :mod:`avalanche_color.experts.pretrained`, is tied to routed experts.)
 """
 
@@ -13,9 +15,11 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 
+from avalanche_color.experts.integrity import (SavedModelError, file_record, load_tensors, read_saved_config,
+                                               read_verified, require_keys)
 from avalanche_color.utils.digests import tensors_digest
 from avalanche_color.utils.files import PathLike, write_folder_atomically
 from avalanche_color.version import __version__
@@ -44,6 +48,7 @@ def save_folder(model: LoRASumViT, folder: PathLike) -> Path:
 
     def write(new: Path) -> None:
         save_file(tensors, str(new / WEIGHTS_FILE))
+        config["files"] = {WEIGHTS_FILE: file_record((new / WEIGHTS_FILE).read_bytes())}  # checked on loading
         (new / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
 
     return write_folder_atomically(folder, write, replaceable=(CONFIG_FILE, WEIGHTS_FILE))
@@ -56,9 +61,10 @@ def load_folder(model_class: type[Model], folder: PathLike, backbone: nn.Module)
     if not config_path.is_file() or not (folder / WEIGHTS_FILE).is_file():
         raise FileNotFoundError(f"{folder} is not a saved model: it needs {CONFIG_FILE} and {WEIGHTS_FILE} "
                                 f"(written by save_pretrained)")
-    saved = json.loads(config_path.read_text())
-    if not isinstance(saved, dict) or saved.get("format") != FORMAT:
-        raise ValueError(f"{config_path} is not a saved SD-LoRA or InfLoRA model (format {FORMAT!r})")
+    saved = read_saved_config(folder, CONFIG_FILE)
+    if saved.get("format") != FORMAT:
+        raise SavedModelError(f"{config_path} is not a saved SD-LoRA or InfLoRA model (format {FORMAT!r})")
+    require_keys(folder, CONFIG_FILE, saved, ("model", "options", "backbone", "max_class_label", "files"))
     if saved["model"] != model_class.__name__:
         raise ValueError(f"{folder} holds a {saved['model']}, not a {model_class.__name__}")
     options = {k: tuple(v) if isinstance(v, list) else v for k, v in saved["options"].items()}
@@ -67,6 +73,7 @@ def load_folder(model_class: type[Model], folder: PathLike, backbone: nn.Module)
     if digest != saved["backbone"]:
         raise ValueError(f"{folder} does not fit this backbone: its components were trained on another one "
                          f"(weights digest {saved['backbone'][:12]}, this backbone's {digest[:12]})")
-    model.load_experts_state_dict(load_file(str(folder / WEIGHTS_FILE), device=str(model.device)))
+    tensors = load_tensors(folder, WEIGHTS_FILE, read_verified(folder, WEIGHTS_FILE, saved["files"]))
+    model.load_experts_state_dict({key: value.to(model.device) for key, value in tensors.items()})
     model.max_class_label = max(model.max_class_label, int(saved["max_class_label"]))
     return model.eval()
