@@ -25,10 +25,11 @@ Configs take keywords only (``CoLoRConfig(8)`` is a ``TypeError``).
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Optional, TypeVar
+
+from avalanche_color.utils.deprecation import warn_deprecated
 
 RoutingFeatures = Literal["backbone", "first_expert"]
 Router = Literal["prototypes", "ridge", "gaussian", "oracle"]
@@ -254,8 +255,7 @@ class RoutingOptions(Options):
         check_choice("routing", routing, ROUTINGS)
         name, value = ("router", "oracle") if routing == "oracle" else ("routing_features", routing)
         if warn:
-            warnings.warn(f"the option routing={routing!r} is deprecated: use {name}={value!r}",
-                          DeprecationWarning, stacklevel=3)
+            warn_deprecated(f"the option routing={routing!r} is deprecated: use {name}={value!r}")
         if options.get(name, value) not in (value, _DEFAULTS[name]):  # the default: files of before say router='prototypes'
             raise ValueError(f"routing={routing!r} means {name}={value!r}, but {name}={options[name]!r} was "
                              f"given too: give only {name} (routing is deprecated)")

@@ -208,6 +208,8 @@ def test_the_old_routing_option_agrees_or_is_refused_beside_the_new_ones():
 
 
 def test_the_drop_in_plugin_takes_the_old_routing_option_with_a_warning():
-    with pytest.warns(DeprecationWarning, match="routing='oracle' is deprecated: use router='oracle'"):
+    with pytest.warns(DeprecationWarning, match="routing='oracle' is deprecated: use router='oracle'") as record:
         plugin = LoRAExpertsPlugin(rank=4, routing="oracle")
     assert plugin.config.router == "oracle"
+    # At the caller's line, not the package's (where Python's default filter would hide it).
+    assert {Path(w.filename).name for w in record if w.category is DeprecationWarning} == {Path(__file__).name}
