@@ -24,12 +24,12 @@ from avalanche.training.templates.base import _merge_legacy_positional_arguments
 from torch import nn
 
 from avalanche_color.config import LoaderOptions, Options, RoutingOptions, TrainingOptions
-from avalanche_color.training.loaders import loader_options
+from avalanche_color.training.strategy_parts import LoaderDefaults
 from avalanche_color.training.plugin_compatibility import refuse_incompatible_plugins
 from avalanche_color.utils.deprecation import warn_deprecated
 
 
-class ConfiguredStrategy(SupervisedTemplate):
+class ConfiguredStrategy(LoaderDefaults, SupervisedTemplate):
     """A ``SupervisedTemplate`` set up from one options dataclass.
 
     Subclasses set :attr:`config_class`, :attr:`model_class` and :attr:`model_config_class`, write
@@ -169,19 +169,6 @@ class ConfiguredStrategy(SupervisedTemplate):
         if config is None:
             return model, self.config_class(**{**options, **own})
         return model, self.config_class.build(config, **{**given, **own})
-
-    def train(self, experiences: Any, eval_streams: Optional[Sequence[Any]] = None, **kwargs: Any) -> Any:
-        """Avalanche's ``train``; the config's loader options (``num_workers``, ...) apply unless given here."""
-        return super().train(experiences, eval_streams, **self._with_loader_options(kwargs))
-
-    def eval(self, exp_list: Any, **kwargs: Any) -> Any:
-        """Avalanche's ``eval``; the config's loader options (``num_workers``, ...) apply unless given here."""
-        return super().eval(exp_list, **self._with_loader_options(kwargs))
-
-    def _with_loader_options(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        # Avalanche hands these keywords to its loaders and to every plugin callback (prototype
-        # fitting, the data scan), so one value reaches every loader of the call.
-        return {**kwargs, **loader_options(kwargs, self.loader_defaults).loader_options()}
 
     def first_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         raise NotImplementedError

@@ -20,13 +20,13 @@ from avalanche_color.training.router_plugin import PrototypeRouterPlugin
 from avalanche_color.training.configured_strategy import ConfiguredStrategy
 from avalanche_color.training.cosine_schedule import PerExperienceCosine
 from avalanche_color.training.data_checks import DataChecksPlugin
-from avalanche_color.training.distributed import eval_loader, gather_eval_batch, is_distributed, wrap_current_expert
-from avalanche_color.training.loaders import loader_options
+from avalanche_color.training.distributed import wrap_current_expert
+from avalanche_color.training.strategy_parts import ShardedEvaluation
 from avalanche_color.utils.experiences import continues_experience
 from avalanche_color.training.plugin_compatibility import ROUTED_EXPERTS
 
 
-class RoutedExpertsTemplate(PerExperienceCosine, ConfiguredStrategy):
+class RoutedExpertsTemplate(ShardedEvaluation, PerExperienceCosine, ConfiguredStrategy):
     """A :class:`RoutedExpertViT` trained expert by expert, with prototype routing.
 
     Subclasses name their model and config class (see
@@ -67,18 +67,6 @@ class RoutedExpertsTemplate(PerExperienceCosine, ConfiguredStrategy):
         task_labels = self.mb_task_id if hasattr(self.experience, "task_labels") else None
         model = self.ddp_model if self.is_training and self.ddp_model is not None else self.model
         return model(self.mb_x, task_labels)
-
-    def make_eval_dataloader(self, **kwargs: Any) -> None:
-        # Under torchrun each rank evaluates an unpadded shard (Avalanche's sampler pads).
-        if is_distributed():
-            self.dataloader = eval_loader(self.adapted_dataset, self.eval_mb_size, loader_options(kwargs), self.device)
-        else:
-            super().make_eval_dataloader(**kwargs)
-
-    def _after_eval_forward(self, **kwargs: Any) -> None:
-        # First of all plugins: metrics then see the batches of all ranks.
-        gather_eval_batch(self)
-        super()._after_eval_forward(**kwargs)
 
     def make_optimizer(self, **kwargs: Any) -> None:
         """A fresh SGD over the expert that trains only, with a cosine schedule over the experience."""

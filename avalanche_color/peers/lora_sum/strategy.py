@@ -18,16 +18,16 @@ from typing import Any, Callable, Optional, Union
 import torch
 from avalanche.core import BasePlugin
 from avalanche.training.plugins import EvaluationPlugin
-from avalanche.training.plugins.evaluation import default_evaluator
 from avalanche.training.templates import SupervisedTemplate
 from torch import Tensor, nn
 
+from avalanche_color.config import LoaderOptions
 from avalanche_color.peers.lora_sum.model import LoRASumViT
 from avalanche_color.training.configured_strategy import model_first
 from avalanche_color.training.cosine_schedule import PerExperienceCosine
 from avalanche_color.training.data_checks import DataChecksPlugin
-from avalanche_color.training.distributed import eval_loader, gather_eval_batch, is_distributed, wrap_current_expert
-from avalanche_color.training.loaders import loader_options
+from avalanche_color.training.distributed import wrap_current_expert
+from avalanche_color.training.strategy_parts import LoaderDefaults, ShardedEvaluation
 from avalanche_color.training.plugin_compatibility import refuse_incompatible_plugins
 from avalanche_color.utils.experiences import continues_experience, ends_experience
 
@@ -46,7 +46,7 @@ REFUSED_PLUGINS = {
 }
 
 
-class LoRASumTemplate(PerExperienceCosine, SupervisedTemplate):
+class LoRASumTemplate(ShardedEvaluation, LoaderDefaults, PerExperienceCosine, SupervisedTemplate):
     """A ``SupervisedTemplate`` for a :class:`LoRASumViT`, built from the method's config.
 
     Subclasses take the method's options as keyword arguments, build its config and call
@@ -69,6 +69,7 @@ class LoRASumTemplate(PerExperienceCosine, SupervisedTemplate):
         name = type(self).__name__
         refuse_incompatible_plugins(name, plugins or (), REFUSED_PLUGINS)
         self.config = config
+        self.loader_defaults = config.group(LoaderOptions)
         super().__init__(
             model=model,
             optimizer=torch.optim.SGD(model.parameters(), lr=config.lr),  # replaced per experience
@@ -77,26 +78,6 @@ class LoRASumTemplate(PerExperienceCosine, SupervisedTemplate):
             eval_mb_size=config.eval_mb_size, device=device,
             plugins=[DataChecksPlugin(scan_experiences=config.check_data), *(plugins or ())],
             evaluator=evaluator, eval_every=config.eval_every, **kwargs)
-
-    # ------------------------------------------------------------------ loaders
-
-    def train(self, experiences: Any, eval_streams: Optional[Sequence[Any]] = None, **kwargs: Any) -> Any:
-        """Avalanche's ``train``; the config's loader options (``num_workers``, ...) apply unless given here."""
-        return super().train(experiences, eval_streams, **self._with_loader_options(kwargs))
-
-    def eval(self, exp_list: Any, **kwargs: Any) -> Any:
-        """Avalanche's ``eval``; the config's loader options (``num_workers``, ...) apply unless given here."""
-        return super().eval(exp_list, **self._with_loader_options(kwargs))
-
-    def _with_loader_options(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        return {**kwargs, **loader_options(kwargs, self.config).loader_options()}
-
-    def make_eval_dataloader(self, **kwargs: Any) -> None:
-        # Under torchrun each rank evaluates an unpadded shard (Avalanche's sampler pads).
-        if is_distributed():
-            self.dataloader = eval_loader(self.adapted_dataset, self.eval_mb_size, loader_options(kwargs), self.device)
-        else:
-            super().make_eval_dataloader(**kwargs)
 
     # ------------------------------------------------------------------ per experience
 
@@ -154,7 +135,3 @@ class LoRASumTemplate(PerExperienceCosine, SupervisedTemplate):
         current = self.model.current_classes
         logits = self.mb_output[:, : len(current)].masked_fill(~current, float("-inf"))
         return self._criterion(logits, self.mb_y)
-
-    def _after_eval_forward(self, **kwargs: Any) -> None:
-        gather_eval_batch(self)  # first of all plugins: metrics then see the batches of all ranks
-        super()._after_eval_forward(**kwargs)
