@@ -16,8 +16,11 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
+from avalanche_color.utils.files import PathLike, write_folder_atomically
+
 from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors
+from safetensors.torch import save_file
 from torch import Tensor
 
 
@@ -28,6 +31,21 @@ class SavedModelError(ValueError):
 def file_record(data: bytes) -> dict[str, Any]:
     """What ``config.json`` records of a file: its SHA-256 (hex) and size in bytes."""
     return {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+
+
+def write_saved_folder(folder: PathLike, tensors: Mapping[str, Tensor], config: dict[str, Any], *,
+                       tensors_file: str, config_file: str = "config.json") -> Path:
+    """Write ``tensors`` (a safetensors file) and ``config`` (JSON, with the file's size and SHA-256
+    under ``"files"``, checked by :func:`read_verified` on loading) into ``folder``, atomically."""
+    # safetensors wants contiguous tensors that share no memory.
+    tensors = {k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}
+
+    def write(new: Path) -> None:
+        save_file(tensors, str(new / tensors_file))
+        files = {tensors_file: file_record((new / tensors_file).read_bytes())}
+        (new / config_file).write_text(json.dumps({**config, "files": files}, indent=2) + "\n")
+
+    return write_folder_atomically(folder, write, replaceable=(config_file, tensors_file))
 
 
 def read_saved_config(folder: Path, name: str) -> dict[str, Any]:

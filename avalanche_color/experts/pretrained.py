@@ -12,18 +12,16 @@ predicts bit-identically.
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 from typing import Any, TypeVar
 
-from safetensors.torch import save_file
 from torch import nn
 
 from avalanche_color.config import RoutingOptions
-from avalanche_color.experts.integrity import (file_record, load_tensors, read_saved_config, read_verified,
-                                               require_keys)
+from avalanche_color.experts.integrity import (load_tensors, read_saved_config, read_verified, require_keys,
+                                               write_saved_folder)
 from avalanche_color.experts.model_state import backbone_fingerprint, model_extras, restore_model_extras
-from avalanche_color.utils.files import PathLike, write_folder_atomically
+from avalanche_color.utils.files import PathLike
 from avalanche_color.version import __version__
 
 
@@ -61,15 +59,8 @@ def save_pretrained(model: nn.Module, folder: PathLike) -> Path:
                      "digest": backbone_fingerprint(model)},
         "model_extras": model_extras(model),
     }
-    # safetensors wants contiguous tensors that share no memory.
-    tensors = {k: v.detach().cpu().contiguous().clone() for k, v in model.experts_state_dict().items()}
-
-    def write(new: Path) -> None:
-        save_file(tensors, str(new / WEIGHTS_FILE))
-        config["files"] = {WEIGHTS_FILE: file_record((new / WEIGHTS_FILE).read_bytes())}  # checked on loading
-        (new / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
-
-    return write_folder_atomically(folder, write, replaceable=(CONFIG_FILE, WEIGHTS_FILE))
+    return write_saved_folder(folder, model.experts_state_dict(), config, tensors_file=WEIGHTS_FILE,
+                              config_file=CONFIG_FILE)
 
 
 def from_pretrained(model_class: type[Model], folder: PathLike, backbone: nn.Module, **options: Any) -> Model:

@@ -11,17 +11,15 @@ copy of the backbone given, refuses another backbone or class, and predicts bit-
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from safetensors.torch import save_file
 from torch import nn
 
-from avalanche_color.experts.integrity import (SavedModelError, file_record, load_tensors, read_saved_config,
-                                               read_verified, require_keys)
+from avalanche_color.experts.integrity import (SavedModelError, load_tensors, read_saved_config,
+                                               read_verified, require_keys, write_saved_folder)
 from avalanche_color.utils.digests import tensors_digest
-from avalanche_color.utils.files import PathLike, write_folder_atomically
+from avalanche_color.utils.files import PathLike
 from avalanche_color.version import __version__
 
 if TYPE_CHECKING:
@@ -44,14 +42,8 @@ def save_folder(model: LoRASumViT, folder: PathLike) -> Path:
     config = {"format": FORMAT, "version": __version__, "model": type(model).__name__,
               "options": model.config.as_dict(), "max_class_label": model.max_class_label,
               "backbone": backbone_digest(model)}
-    tensors = {k: v.detach().cpu().contiguous().clone() for k, v in model.experts_state_dict().items()}
-
-    def write(new: Path) -> None:
-        save_file(tensors, str(new / WEIGHTS_FILE))
-        config["files"] = {WEIGHTS_FILE: file_record((new / WEIGHTS_FILE).read_bytes())}  # checked on loading
-        (new / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
-
-    return write_folder_atomically(folder, write, replaceable=(CONFIG_FILE, WEIGHTS_FILE))
+    return write_saved_folder(folder, model.experts_state_dict(), config, tensors_file=WEIGHTS_FILE,
+                              config_file=CONFIG_FILE)
 
 
 def load_folder(model_class: type[Model], folder: PathLike, backbone: nn.Module) -> Model:
