@@ -69,11 +69,6 @@ def fitted_class_routers(num_features: int, experts: int, generator: torch.Gener
     return routers
 
 
-def _no_grad(model: nn.Module, x: torch.Tensor) -> None:
-    with torch.no_grad():
-        model(x)
-
-
 def plural(count: int, word: str = "expert") -> str:
     return word if count == 1 else word + "s"
 
@@ -137,12 +132,12 @@ def main() -> None:
     xm = torch.randn(mixed_batch, 3, *size, generator=generator).to(device)
     mixes = {count: mix(mixed_batch, count) for count in mixed_counts}
 
-    # Inference variants: model in eval mode, no gradients.
-    def inference(fn):
+    # Inference variants: ``module`` (CoLoR's model by default) in eval mode, no gradients.
+    def inference(fn, module: nn.Module = model):
         def run():
             with torch.no_grad():
                 fn()
-        return Variant(run, setup=model.eval)
+        return Variant(run, setup=module.eval)
 
     def routed_inference(experts: torch.Tensor) -> torch.Tensor:
         """model(x) with the routing pass as usual but a chosen mix of experts."""
@@ -205,7 +200,7 @@ def main() -> None:
             peer_optimizer.step()
 
         variants[f"{name} training step"] = Variant(peer_step, setup=peer.train)
-        variants[f"{name} inference"] = Variant(partial(_no_grad, peer, x), setup=peer.eval)
+        variants[f"{name} inference"] = inference(partial(peer, x), peer)
 
     # The data a training step needs: one epoch of a loader per timing, its workers kept between epochs.
     data = resolve_data_config({}, model=plain)
