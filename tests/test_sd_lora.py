@@ -120,3 +120,19 @@ def test_what_trains_is_declared_not_read_back_from_requires_grad():
 
 def test_the_runner_reports_what_the_first_experience_trains():
     check_the_runner_reports_what_the_first_experience_trains(SDLoRA)
+
+
+def test_a_direction_finished_before_it_learned_adds_nothing_instead_of_nan():
+    # EarlyStoppingPlugin may restore an experience's first state (B = 0) and stop: the finished
+    # direction B A / ||B A|| is then 0 / 0; it must add nothing, not turn every logit into NaN.
+    strategy = tiny(SDLoRA)
+    stream = class_stream(num_experiences=2, per_class=8)
+    strategy.train(stream.train_stream[0])
+    model = strategy.model.eval()
+    x = torch.stack([stream.test_stream[0].dataset[i][0] for i in range(4)])
+    before = model(x)
+    model.learn_classes([2, 3])  # a second component, B = 0, finished without any training
+    model.finish_component()
+    after = model(x)
+    assert torch.isfinite(after[:, :2]).all()
+    torch.testing.assert_close(after[:, :2], before[:, :2])  # the unlearned direction changes nothing

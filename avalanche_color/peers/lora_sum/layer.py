@@ -101,7 +101,10 @@ class LoRASumQKV(nn.Module):
             for i, component in enumerate(self.components):
                 c = magnitudes[i].to(torch.promote_types(magnitudes[i].dtype, torch.float32))
                 if i < len(mixing.normalised) and mixing.normalised[i]:
-                    c = c / direction_norm(component.A[index], component.B[index], mixing.norm).to(c.dtype)
+                    norm = direction_norm(component.A[index], component.B[index], mixing.norm).to(c.dtype)
+                    # A direction that learned nothing (B = 0: an experience stopped before its first step,
+                    # as early stopping may leave it) adds nothing, rather than 0 / 0 = NaN everywhere.
+                    c = torch.where(norm > 0, c / torch.where(norm > 0, norm, torch.ones_like(norm)), 0.0)
                 row.append(c)
             result.append(row)
         return result
