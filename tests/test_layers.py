@@ -105,7 +105,7 @@ def test_the_check_sees_an_upward_import(source: str) -> None:
 
 def test_the_check_allows_own_folder_and_lower_layers() -> None:
     source = ("from avalanche_color.lora.segments import Segments\nfrom avalanche_color.config import LoRAOptions\n"
-              "from .segments import segments_of\nimport torch")
+              "from .segments import ExpertSelection\nimport torch")
     assert upward_imports(source, "avalanche_color.lora.qv_experts") == []
     assert upward_imports("from avalanche_color.peers.prompts import new_prompts",
                           "avalanche_color.color.model") == ["avalanche_color.color.model:1 imports "

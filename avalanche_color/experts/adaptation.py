@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from avalanche_color.experts.backbone import check_images
+from avalanche_color.experts.backbone import backbone_images
 from avalanche_color.utils.experiences import (experience_classes, experience_task_labels,
                                                   refuse_chunks_without_boundaries)
 
@@ -43,5 +43,5 @@ def adapt_to_experience(model: Any, experience: Any) -> None:
                              f"have one task label, got {tasks}")
         model.bank.check_distinct_task(tasks[0], experience_id)
     # Refuse unusable images before the expert exists, not at the first forward.
-    check_images(model.backbone, torch.as_tensor(experience.dataset[0][0]).unsqueeze(0))
+    backbone_images(model.backbone, torch.as_tensor(experience.dataset[0][0]).unsqueeze(0))
     model.start_expert(classes, experience_id, tasks[0])

@@ -23,11 +23,18 @@ def check_vision_transformer(model: nn.Module) -> None:
     )
 
 
-def check_images(vit: VisionTransformer, x: Tensor) -> None:
-    """Refuse a batch the ViT's patch embedding cannot take, naming what it expects.
+def backbone_dtype(vit: VisionTransformer) -> torch.dtype:
+    """The floating dtype the ViT computes in: that of its patch embedding's weights."""
+    return vit.patch_embed.proj.weight.dtype
 
-    Integer images (uint8 0-255, ...) are refused, not converted: their scale is unknown
-    here, and the backbone expects its own normalisation.
+
+def backbone_images(vit: VisionTransformer, x: Tensor) -> Tensor:
+    """``x`` in the backbone's dtype, or a ``ValueError`` naming what the patch embedding expects.
+
+    Integer images (uint8 0-255, ...) are refused, not converted: their scale is unknown here,
+    and the backbone expects its own normalisation. Floating images of another precision
+    (float64 images on a float32 ViT, float32 on a bfloat16 one) are converted: this is the
+    one place images enter the backbone.
     """
     if not x.is_floating_point():
         raise ValueError(
@@ -46,18 +53,4 @@ def check_images(vit: VisionTransformer, x: Tensor) -> None:
     patch = tuple(embed.patch_size)
     if not getattr(embed, "dynamic_img_pad", False) and (size[0] % patch[0] or size[1] % patch[1]):
         raise ValueError(f"image height and width must be multiples of the patch size {patch}, got {size}")
-
-
-def backbone_dtype(vit: VisionTransformer) -> torch.dtype:
-    """The floating dtype the ViT computes in: that of its patch embedding's weights."""
-    return vit.patch_embed.proj.weight.dtype
-
-
-def backbone_images(vit: VisionTransformer, x: Tensor) -> Tensor:
-    """``x`` checked (:func:`check_images`) and in the backbone's dtype.
-
-    Floating images of another precision (float64 images on a float32 ViT, float32 images
-    on a bfloat16 one) are converted here, the one place images enter the backbone.
-    """
-    check_images(vit, x)
-    return x.to(backbone_dtype(vit))
+    return x.to(embed.proj.weight.dtype)

@@ -7,7 +7,7 @@ from typing import Callable, Optional, Union
 import torch
 from torch import Tensor, nn
 
-from avalanche_color.lora.segments import ExpertSelection, segments_of
+from avalanche_color.lora.segments import ExpertSelection, Segments
 
 # features(x, experts, trained) -> (batch, num_features): a routed model's backbone pass with experts.
 Features = Callable[[Tensor, ExpertSelection, Optional[int]], Tensor]
@@ -39,12 +39,15 @@ def predict(features: Features, heads: nn.ModuleList, num_classes: int, x: Tenso
     """
     if isinstance(experts, Tensor) and experts.numel() and bool((experts == experts[0]).all()):
         experts = int(experts[0])  # one expert: no sorting needed
+    segments: Segments
     if isinstance(experts, int):
         order, segments = None, [(experts, slice(None))]
         pooled = features(x, experts, trained)
     else:
         order = experts.argsort(stable=True)
-        segments = segments_of(experts[order])
+        ids, counts = torch.unique_consecutive(experts[order], return_counts=True)
+        bounds = [0, *counts.cumsum(0).tolist()]
+        segments = [(int(e), slice(a, b)) for e, a, b in zip(ids.tolist(), bounds, bounds[1:])]
         pooled = features(x[order], segments, trained)
     logits = pooled.new_full((pooled.shape[0], num_classes), float("-inf"))
     for expert, run in segments:

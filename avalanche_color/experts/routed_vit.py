@@ -157,21 +157,25 @@ class RoutedExpertViT(MultiTaskModule):
 
     def forward(self, x: Tensor, task_labels: Optional[Tensor] = None,
                 experts: Union[int, Tensor, None] = None) -> Tensor:
-        """Global-class logits of images ``x`` (batch, channels, height, width); ``task_labels``: one per sample
-        (the oracle reads them); ``experts``: an index, or one per sample (see the class docstring)."""
+        """Global-class logits of images ``x`` (batch, channels, height, width): pick the experts (see the class
+        docstring), then :func:`~avalanche_color.experts.prediction.predict`. ``task_labels``: one per sample,
+        for the oracle; ``experts``: an index, or one per sample."""
         self.routed_experts = None
         if experts is not None:
-            return self.predict(x, check_experts(experts, x.shape[0], self.num_experts, self.device))
-        if not self.num_experts:
+            experts = check_experts(experts, x.shape[0], self.num_experts, self.device)
+        elif not self.num_experts:
             return x.new_zeros(x.shape[0], self.num_classes)
-        if self.training:
-            return self.predict(x, self.training_expert())
-        logits, self.routed_experts = self.route_and_predict(x, task_labels)
-        return logits
+        elif self.training:
+            experts = self.training_expert()
+        elif self.eval_cache is not None:
+            logits, self.routed_experts = self.route_and_predict(x, task_labels)
+            return logits
+        else:
+            experts = self.routed_experts = self.route(x, task_labels)
+        return predict(self.features, self.bank.heads, self.num_classes, x, experts, self.bank.trainable)
 
     def training_expert(self) -> int:
-        """The expert a train-mode forward predicts with: the one that trains; a ``RuntimeError`` if none
-        does (as after loading), rather than a prediction that differs from the routed one of eval mode."""
+        """The expert that trains: a train-mode forward predicts with it (a ``RuntimeError`` if none does)."""
         if self.bank.trainable is None:
             raise RuntimeError(
                 f"{type(self).__name__} is in train mode, where the expert being trained predicts every "
@@ -181,12 +185,9 @@ class RoutedExpertViT(MultiTaskModule):
         return self.bank.trainable
 
     def route_and_predict(self, x: Tensor, task_labels: Optional[Tensor] = None) -> tuple[Tensor, Optional[Tensor]]:
-        """Routed prediction: the global-class logits and the expert each sample was routed to.
-
-        The experts are None while the model has none (the logits are then zeros). With the
-        evaluation cache on (``cache_evaluation=True``) routing features and finished experts'
-        logits of images seen before are reused: the same values, computed without gradients.
-        """
+        """The routed prediction of an eval-mode ``model(x)``, in either mode: the logits and each sample's
+        expert (None while there is no expert). With ``cache_evaluation=True``, routing features and finished
+        experts' logits of images seen before are reused: the same values, computed without gradients."""
         if not self.num_experts:
             return x.new_zeros(x.shape[0], self.num_classes), None
         if self.eval_cache is None:
@@ -244,7 +245,7 @@ class RoutedExpertViT(MultiTaskModule):
         super()._load_from_state_dict(state_dict, prefix, *args)
 
     def _after_loading(self, *_: Any) -> None:
-        """After any ``load_state_dict``: the newest unfinished expert trains, and cached work is dropped."""
+        # After any load_state_dict: the newest unfinished expert trains, and cached work is dropped.
         self.bank.set_trainable(self.bank.newest_unfinished())
         if self.eval_cache is not None:
             self.eval_cache.clear()

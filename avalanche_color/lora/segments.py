@@ -9,17 +9,8 @@ from __future__ import annotations
 
 from typing import Optional, Union
 
-import torch
-from torch import Tensor
-
 # (expert, run of samples) pairs covering a batch sorted by expert, in batch order.
 Segments = list[tuple[int, slice]]
 # What a forward computes with: None (the bare backbone), one expert, or runs of a sorted batch.
 ExpertSelection = Optional[Union[int, Segments]]
 
-
-def segments_of(sorted_experts: Tensor) -> Segments:
-    """The runs of equal expert ids in a sorted (batch,) tensor, as (expert, slice) pairs."""
-    experts, counts = torch.unique_consecutive(sorted_experts, return_counts=True)
-    bounds = [0, *counts.cumsum(0).tolist()]
-    return [(int(e), slice(a, b)) for e, a, b in zip(experts.tolist(), bounds, bounds[1:])]

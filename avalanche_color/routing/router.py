@@ -64,17 +64,6 @@ class Router(nn.Module):
         raise NotImplementedError
 
 
-def pairwise_distance(x: Tensor, y: Tensor, distance: Distance) -> Tensor:
-    """(n, m) distances between the rows of x (n, d) and of y (m, d)."""
-    if distance == "euclidean":
-        return torch.cdist(x, y, p=2.0)
-    if distance == "l1":
-        return torch.cdist(x, y, p=1.0)
-    if distance == "cosine":
-        return 1 - nn.functional.normalize(x, dim=-1) @ nn.functional.normalize(y, dim=-1).T
-    raise ValueError(f"distance must be one of {DISTANCES}, got {distance!r}")
-
-
 class PrototypeRouter(Router):
     """Every expert's prototypes, and the nearest-prototype choice of expert.
 
@@ -82,7 +71,7 @@ class PrototypeRouter(Router):
     ``state_dict``; loading a state with more prototypes resizes them.
 
     Args:
-        distance: how far a feature is from a prototype.
+        distance: how far a feature is from a prototype: ``"euclidean"``, ``"l1"`` or ``"cosine"``.
     """
 
     prototypes: Tensor
@@ -128,7 +117,12 @@ class PrototypeRouter(Router):
             raise RuntimeError("no prototypes yet: the router is fitted after the first experience")
         if features is None:
             raise ValueError("the prototype router routes by features: give the routing features")
-        distances = pairwise_distance(features.float(), self.prototypes, self.distance)
+        features = features.float()
+        if self.distance == "cosine":
+            normalize = nn.functional.normalize
+            distances = 1 - normalize(features, dim=-1) @ normalize(self.prototypes, dim=-1).T
+        else:
+            distances = torch.cdist(features, self.prototypes, p=2.0 if self.distance == "euclidean" else 1.0)
         return self.owners[distances.argmin(dim=1)]
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:

@@ -29,7 +29,7 @@ from avalanche.core import SupervisedPlugin
 from torch import Tensor
 
 from avalanche_color.config import check_positive_int
-from avalanche_color.experts.backbone import check_images
+from avalanche_color.experts.backbone import backbone_images
 from avalanche_color.training.loaders import data_loader, loader_options
 from avalanche_color.utils.experiences import experience_classes
 from avalanche_color.utils.rng import generators_untouched
@@ -69,7 +69,7 @@ def check_training_experience(experience: Any, vit: Any, batch_size: int = 256, 
                 where = f"experience {experience_id}, sample {index}"
                 if image.shape != checked_shape:
                     try:
-                        check_images(vit, image.unsqueeze(0))
+                        backbone_images(vit, image.unsqueeze(0))  # refuses what the backbone cannot take
                     except ValueError as error:
                         raise ValueError(f"{where}: {error}") from None
                     checked_shape = image.shape
