@@ -12,7 +12,7 @@ copy of the backbone given, refuses another backbone or class, and predicts bit-
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from torch import nn
 
@@ -22,22 +22,21 @@ from avalanche_color.utils.digests import tensors_digest
 from avalanche_color.utils.files import PathLike
 from avalanche_color.version import __version__
 
-if TYPE_CHECKING:
-    from avalanche_color.peers.lora_sum.model import LoRASumViT
-
 FORMAT = "avalanche_color.lora_sum"
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "weights.safetensors"
-Model = TypeVar("Model", bound="LoRASumViT")
+# An SD-LoRA or InfLoRA model (model.LoRASumViT); named here only through what it has, so that this
+# module, which the model's save and load methods call, never imports the model.
+Model = TypeVar("Model", bound=nn.Module)
 
 
-def backbone_digest(model: LoRASumViT) -> str:
+def backbone_digest(model: nn.Module) -> str:
     """A digest of the frozen backbone's tensors (what the saved components were trained on)."""
     learned = model.experts_state_dict()
     return tensors_digest((k, v) for k, v in model.state_dict().items() if k not in learned)
 
 
-def save_folder(model: LoRASumViT, folder: PathLike) -> Path:
+def save_folder(model: nn.Module, folder: PathLike) -> Path:
     """Write ``model``'s learned state and ``config.json`` into ``folder``, atomically."""
     config = {"format": FORMAT, "version": __version__, "model": type(model).__name__,
               "options": model.config.as_dict(), "max_class_label": model.max_class_label,

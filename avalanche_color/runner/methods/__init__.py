@@ -15,16 +15,33 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from importlib import import_module
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
 if TYPE_CHECKING:
     from avalanche.training.templates import SupervisedTemplate
     from torch import nn
 
     from avalanche_color.benchmarks.registry import BenchmarkSpec
-    from avalanche_color.runner.config import RunConfig
 
 FAMILIES = ("color", "prompts", "lora_peers", "avalanche_baselines", "training_free")
+
+
+class MethodSettings(Protocol):
+    """The run's settings a method reads (:class:`~avalanche_color.runner.config.RunConfig` has them;
+    named here by what they are, so that the registry, which the run configuration lists, never imports it)."""
+
+    @property
+    def preset(self) -> Optional[str]: ...
+    @property
+    def color_lr(self) -> float: ...
+    @property
+    def baseline_lr(self) -> float: ...
+    @property
+    def weight_decay(self) -> Optional[float]: ...
+    @property
+    def prototypes_per_class(self) -> Optional[int]: ...
+    @property
+    def ridge_width(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -34,7 +51,7 @@ class MethodRun:
     pretrained ViT with a new n-class head; ``backbone(0)``: without one), the options every
     strategy gets alike (batch, epochs, device, evaluator) and the training stream's length."""
 
-    config: "RunConfig"
+    config: MethodSettings
     rank: Optional[int]
     k: Optional[int]
     num_classes: int
