@@ -189,7 +189,7 @@ def test_the_logger_prints_nothing_while_training_even_when_wandb_is_not_silence
 def test_strategy_options_are_a_package_strategys_config_or_an_avalanche_strategys_sizes():
     from avalanche.training import Naive
 
-    from avalanche_color.evaluation.wandb_logger import strategy_options
+    from avalanche_color.evaluation.wandb_values import strategy_options
 
     color = CoLoR(tiny_vit(0), rank=4, k=3, evaluator=EvaluationPlugin(loggers=[]))
     assert strategy_options(color) == {"strategy": "CoLoR", **color.config.as_dict()}

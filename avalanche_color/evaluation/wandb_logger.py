@@ -40,29 +40,15 @@ from PIL.Image import Image
 from torch import Tensor
 
 from avalanche_color.evaluation.accuracy_matrix import AccuracyMatrix
-from avalanche_color.evaluation.heatmap import accuracy_heatmap
 from avalanche_color.evaluation.routing_accuracy import RoutingAccuracy
+from avalanche_color.evaluation.wandb_values import chart_types, matrix_values, results_values, strategy_options
 
 if TYPE_CHECKING:
-    from types import ModuleType, TracebackType
+    from types import TracebackType
 
     from avalanche.evaluation.metric_results import MetricValue
     from avalanche.training.templates import SupervisedTemplate
     from wandb import Run
-
-# (module, class) of wandb's chart objects, current names first; ``viz`` is wandb < 0.19.
-_CHART_CLASSES = (("plot", "CustomChart"), ("plot", "Visualize"), ("viz", "CustomChart"), ("viz", "Visualize"))
-
-
-def _chart_types(wandb: "ModuleType") -> tuple[type, ...]:
-    """The classes of chart values (``wandb.plot.confusion_matrix`` etc.) this wandb has."""
-    found: list[type] = []
-    for module_name, class_name in _CHART_CLASSES:
-        cls = getattr(getattr(wandb, module_name, None), class_name, None)
-        if isinstance(cls, type) and cls not in found:
-            found.append(cls)
-    return tuple(found)
-
 
 class WandBLogger(AvalancheWandBLogger):
     """Avalanche's W&B logger, fixed for current wandb (no ``wandb.viz``, ``wandb.util.generate_id``).
@@ -220,7 +206,7 @@ class WandBLogger(AvalancheWandBLogger):
             return
         from matplotlib.figure import Figure  # here: matplotlib is needed only once a metric is logged
 
-        charts = _chart_types(self.wandb)
+        charts = chart_types(self.wandb)
         if isinstance(value, AlternativeValues):
             value = value.best_supported_value(Image, Tensor, TensorImage, Figure, float, int, *charts)
         if isinstance(value, float) and not math.isfinite(value):
@@ -270,41 +256,13 @@ class WandBLogger(AvalancheWandBLogger):
         """The accuracy matrix (table and heatmap), forgetting and routing, if they changed since last logged."""
         if not self._matrix_changed or self._run is None:
             return
-        matrix = self.accuracy_matrix
-        values: dict[str, Any] = {}
-        rows = [f"exp {experience}" for experience in matrix.trained]
-        for stream in matrix.streams():
-            columns = [f"exp {column}" for column in matrix.columns(stream)]
-            cells = matrix.matrix(stream)
-            values[f"AccuracyMatrix/{stream}"] = self.wandb.Table(
-                columns=["after training", *columns], data=[[row, *cell] for row, cell in zip(rows, cells)])
-            figure = accuracy_heatmap(cells, rows, columns, title=f"accuracy on {stream}")
-            values[f"AccuracyHeatmap/{stream}"] = self.wandb.Image(figure)
-            forgetting = matrix.forgetting(stream)
-            values.update({f"Forgetting_Exp/{stream}/Exp{column:03d}": value for column, value in forgetting.items()})
-            if forgetting:
-                values[f"Forgetting_Stream/{stream}"] = sum(forgetting.values()) / len(forgetting)
-        for stream, routed in sorted(matrix.routing.items()):
-            data = [[experience, routing.accuracy, expert, routing.expert_experiences[expert], samples,
-                     samples / sum(routing.experts.values())]
-                    for experience, routing in sorted(routed.items()) for expert, samples in routing.experts.items()]
-            if data:
-                values[f"Routing/{stream}"] = self.wandb.Table(
-                    columns=["test experience", "routing accuracy", "expert", "expert's training experience",
-                             "samples", "share"], data=data)
-        self._log(values)
+        self._log(matrix_values(self.wandb, self.accuracy_matrix))
         self._matrix_changed = False
         self._results_logged = False
 
     def _log_results(self) -> None:
         """The final results table of every stream."""
-        matrix = self.accuracy_matrix
-        values = {}
-        for stream in matrix.streams():
-            rows = matrix.final_rows(stream)
-            if rows:
-                values[f"Results/{stream}"] = self.wandb.Table(columns=list(rows[0]),
-                                                               data=[list(row.values()) for row in rows])
+        values = results_values(self.wandb, self.accuracy_matrix)
         if values:
             self._log(values)
         self._results_logged = True
@@ -323,22 +281,6 @@ class WandBLogger(AvalancheWandBLogger):
         if self._run is None:
             raise RuntimeError("WandBLogger has no W&B run: before_run() did not complete")
         self._run.log(values, step=self.step)
-
-
-def strategy_options(strategy: Any) -> dict[str, Any]:
-    """What a run's config records of a strategy: its class name and options.
-
-    A package strategy's options are its ``config`` (every field); for another Avalanche
-    strategy, its batch sizes and epochs.
-    """
-    options: dict[str, Any] = {"strategy": type(strategy).__name__}
-    as_dict = getattr(getattr(strategy, "config", None), "as_dict", None)
-    if callable(as_dict):
-        options.update(as_dict())
-    else:
-        options.update({name: getattr(strategy, name) for name in ("train_mb_size", "train_epochs", "eval_mb_size")
-                        if isinstance(getattr(strategy, name, None), int)})
-    return options
 
 
 __all__ = ["WandBLogger"]

@@ -1,0 +1,83 @@
+"""What :class:`~avalanche_color.evaluation.wandb_logger.WandBLogger` puts in a W&B run beyond the
+metric values: the strategy's options for the run's config, and the tables and heatmap built from
+the :class:`~avalanche_color.evaluation.accuracy_matrix.AccuracyMatrix`.
+
+The functions take the ``wandb`` module the logger imported, so that importing this module
+imports no wandb.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from avalanche_color.evaluation.accuracy_matrix import AccuracyMatrix
+from avalanche_color.evaluation.heatmap import accuracy_heatmap
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+# (module, class) of wandb's chart objects, current names first; ``viz`` is wandb < 0.19.
+_CHART_CLASSES = (("plot", "CustomChart"), ("plot", "Visualize"), ("viz", "CustomChart"), ("viz", "Visualize"))
+
+
+def chart_types(wandb: "ModuleType") -> tuple[type, ...]:
+    """The classes of chart values (``wandb.plot.confusion_matrix`` etc.) this wandb has."""
+    found: list[type] = []
+    for module_name, class_name in _CHART_CLASSES:
+        cls = getattr(getattr(wandb, module_name, None), class_name, None)
+        if isinstance(cls, type) and cls not in found:
+            found.append(cls)
+    return tuple(found)
+
+
+def strategy_options(strategy: Any) -> dict[str, Any]:
+    """What a run's config records of a strategy: its class name and options.
+
+    A package strategy's options are its ``config`` (every field); for another Avalanche
+    strategy, its batch sizes and epochs.
+    """
+    options: dict[str, Any] = {"strategy": type(strategy).__name__}
+    as_dict = getattr(getattr(strategy, "config", None), "as_dict", None)
+    if callable(as_dict):
+        options.update(as_dict())
+    else:
+        options.update({name: getattr(strategy, name) for name in ("train_mb_size", "train_epochs", "eval_mb_size")
+                        if isinstance(getattr(strategy, name, None), int)})
+    return options
+
+
+def matrix_values(wandb: "ModuleType", matrix: AccuracyMatrix) -> dict[str, Any]:
+    """Per evaluation stream: the accuracy matrix as a table and a heatmap, forgetting per experience
+    and its mean, and the routing table (which expert answered how many samples of each test experience)."""
+    values: dict[str, Any] = {}
+    rows = [f"exp {experience}" for experience in matrix.trained]
+    for stream in matrix.streams():
+        columns = [f"exp {column}" for column in matrix.columns(stream)]
+        cells = matrix.matrix(stream)
+        values[f"AccuracyMatrix/{stream}"] = wandb.Table(
+            columns=["after training", *columns], data=[[row, *cell] for row, cell in zip(rows, cells)])
+        figure = accuracy_heatmap(cells, rows, columns, title=f"accuracy on {stream}")
+        values[f"AccuracyHeatmap/{stream}"] = wandb.Image(figure)
+        forgetting = matrix.forgetting(stream)
+        values.update({f"Forgetting_Exp/{stream}/Exp{column:03d}": value for column, value in forgetting.items()})
+        if forgetting:
+            values[f"Forgetting_Stream/{stream}"] = sum(forgetting.values()) / len(forgetting)
+    for stream, routed in sorted(matrix.routing.items()):
+        data = [[experience, routing.accuracy, expert, routing.expert_experiences[expert], samples,
+                 samples / sum(routing.experts.values())]
+                for experience, routing in sorted(routed.items()) for expert, samples in routing.experts.items()]
+        if data:
+            values[f"Routing/{stream}"] = wandb.Table(
+                columns=["test experience", "routing accuracy", "expert", "expert's training experience",
+                         "samples", "share"], data=data)
+    return values
+
+
+def results_values(wandb: "ModuleType", matrix: AccuracyMatrix) -> dict[str, Any]:
+    """The final results table of every stream that has rows (accuracy, forgetting, routing per test experience)."""
+    values = {}
+    for stream in matrix.streams():
+        rows = matrix.final_rows(stream)
+        if rows:
+            values[f"Results/{stream}"] = wandb.Table(columns=list(rows[0]), data=[list(row.values()) for row in rows])
+    return values
