@@ -10,13 +10,12 @@ DualGPM threshold rising from ``lamb`` 0.95 to ``lame`` 1.0 over the stream's ta
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Optional
 
-from avalanche_color.config import (LoaderOptions, check_bool, check_int, check_non_negative, check_positive,
-                                    check_positive_int, one_of, option, optional)
+from avalanche_color.config import check_positive, check_positive_int, one_of, option, optional
+from avalanche_color.peers.lora_sum.config import LoRASumTraining, Optimizer, Schedule
 
-Optimizer = Literal["sgd", "adam"]
-Schedule = Literal["constant", "cosine"]
+__all__ = ["InfLoRAConfig", "Optimizer", "Schedule"]
 
 
 def check_fraction(name: str, value: object) -> None:
@@ -26,8 +25,9 @@ def check_fraction(name: str, value: object) -> None:
 
 
 @dataclass(frozen=True, kw_only=True)
-class InfLoRAConfig(LoaderOptions):
-    """Every option of :class:`~avalanche_color.InfLoRA` (see its docstring for each one's meaning)."""
+class InfLoRAConfig(LoRASumTraining):
+    """Every option of :class:`~avalanche_color.InfLoRA` (see its docstring for each one's meaning): its
+    subspaces', and the shared training group with the code's Adam at lr 5e-4, cosine."""
 
     rank: int = option(10, check_positive_int, expert_setting=True)
     threshold: float = option(0.95, check_fraction, expert_setting=True)
@@ -35,15 +35,7 @@ class InfLoRAConfig(LoaderOptions):
     num_experiences: Optional[int] = option(None, optional(check_positive_int), expert_setting=True)
     optimizer: Optimizer = option("adam", one_of(("sgd", "adam")))
     lr: float = option(5e-4, check_positive)
-    momentum: float = option(0.9, check_non_negative)
-    weight_decay: float = option(0.0, check_non_negative)
     lr_schedule: Schedule = option("cosine", one_of(("constant", "cosine")))
-    train_mb_size: int = option(128, check_positive_int)
-    train_epochs: int = option(20, check_positive_int)
-    eval_mb_size: int = option(128, check_positive_int)
-    eval_every: int = option(-1, check_int)
-    check_data: bool = option(True, check_bool)
-    init_seed: int = option(0, check_int)
 
     def _check_together(self) -> None:
         super()._check_together()

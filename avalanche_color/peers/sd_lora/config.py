@@ -12,33 +12,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Optional
 
-from avalanche_color.config import (LoaderOptions, check_bool, check_int, check_non_negative, check_positive,
-                                    check_positive_int, each, one_of, option, optional)
+from avalanche_color.config import check_positive, check_positive_int, each, one_of, option, optional
+from avalanche_color.peers.lora_sum.config import LoRASumTraining, Optimizer, Schedule
 
-Optimizer = Literal["sgd", "adam"]
-Schedule = Literal["constant", "cosine"]
+__all__ = ["DirectionNorm", "Optimizer", "SDLoRAConfig", "Schedule"]
+
 DirectionNorm = Literal["product", "factors"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class SDLoRAConfig(LoaderOptions):
-    """Every option of :class:`~avalanche_color.SDLoRA` (see its docstring for each one's meaning)."""
+class SDLoRAConfig(LoRASumTraining):
+    """Every option of :class:`~avalanche_color.SDLoRA` (see its docstring for each one's meaning): its
+    directions', and the shared training group with the code's SGD at lr 0.008, constant."""
 
     rank: int = option(10, check_positive_int, expert_setting=True)
     rank_schedule: Optional[tuple[int, ...]] = option(None, optional(each(check_positive_int)), expert_setting=True)
     magnitude_init: float = option(0.8, check_positive)
     direction_norm: DirectionNorm = option("product", one_of(("product", "factors")), expert_setting=True)
-    optimizer: Optimizer = option("sgd", one_of(("sgd", "adam")))
     lr: float = option(8e-3, check_positive)
-    momentum: float = option(0.9, check_non_negative)
-    weight_decay: float = option(0.0, check_non_negative)
-    lr_schedule: Schedule = option("constant", one_of(("constant", "cosine")))
-    train_mb_size: int = option(128, check_positive_int)
-    train_epochs: int = option(20, check_positive_int)
-    eval_mb_size: int = option(128, check_positive_int)
-    eval_every: int = option(-1, check_int)
-    check_data: bool = option(True, check_bool)
-    init_seed: int = option(0, check_int)
 
     def rank_of(self, experience: int) -> int:
         """The rank of the component of the ``experience``-th component (SD-LoRA-RR with a schedule)."""

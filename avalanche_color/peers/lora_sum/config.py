@@ -1,0 +1,39 @@
+"""How SD-LoRA and InfLoRA train: the option group their configs share (:class:`LoRASumTraining`).
+
+Both official codes train each experience with one optimiser over what learns, a constant or
+cosine learning rate, batch 128 and 20 epochs; they differ in the optimiser, its rate and the
+schedule, which each method's config sets to its code's values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from avalanche_color.config import (LoaderOptions, TrainingOptions, check_bool, check_int, check_non_negative,
+                                    check_positive_int, one_of, option)
+
+Optimizer = Literal["sgd", "adam"]
+Schedule = Literal["constant", "cosine"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoRASumTraining(LoaderOptions, TrainingOptions):
+    """The optimiser, schedule, budget and loaders of a LoRA-sum method (meanings: the strategies' docstrings).
+
+    Attributes:
+        optimizer: ``"sgd"`` (with ``momentum``) or ``"adam"`` (betas 0.9, 0.999).
+        momentum, weight_decay: the optimiser's.
+        lr_schedule: ``"constant"`` or ``"cosine"`` over each experience's steps.
+        check_data: scan each training experience for bad samples before training on it.
+        init_seed: seed of each new component's and head rows' initialisation, drawn apart from the
+            global generators.
+    """
+
+    optimizer: Optimizer = option("sgd", one_of(("sgd", "adam")))
+    momentum: float = option(0.9, check_non_negative)
+    weight_decay: float = option(0.0, check_non_negative)
+    lr_schedule: Schedule = option("constant", one_of(("constant", "cosine")))
+    train_epochs: int = option(20, check_positive_int)
+    check_data: bool = option(True, check_bool)
+    init_seed: int = option(0, check_int)
