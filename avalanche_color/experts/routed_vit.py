@@ -1,9 +1,8 @@
 """A frozen timm ViT with one expert and one head per experience, and a router that picks the expert.
 
-The model composes the frozen backbone, which a subclass runs with given experts
-(:meth:`RoutedExpertViT.features`: LoRA matrices in the attention blocks for CoLoR's
-:class:`~avalanche_color.ExpertViT`, prompt tokens for S-Prompts'
-:class:`~avalanche_color.PromptExpertViT`), the expert bank (:mod:`avalanche_color.experts.bank`:
+The model composes the frozen backbone, which a subclass runs with given experts (:meth:`RoutedExpertViT.features`:
+LoRA matrices in the attention blocks for CoLoR's :class:`~avalanche_color.ExpertViT`, prompt tokens for
+S-Prompts' :class:`~avalanche_color.PromptExpertViT`), the expert bank (:mod:`avalanche_color.experts.bank`:
 experts, heads, records, which one trains) and the router (:mod:`avalanche_color.routing.router`).
 An eval-mode ``model(x)`` makes one backbone pass for the routing features (none for the oracle)
 and one with the chosen experts; the experts chosen are kept in one declared place,
