@@ -55,6 +55,14 @@ class QVLoRA(nn.Module):
         for a in self.A:
             nn.init.kaiming_uniform_(a, a=math.sqrt(5))
 
+    def delta_weight(self) -> Tensor:
+        """The (2, out, in) weight updates of q and v, scaling included."""
+        return self.scaling * self.B @ self.A
+
+    def down(self) -> Tensor:
+        """(2r, in): A of q and A of v stacked, so both project down in one matmul."""
+        return self.A.reshape(2 * self.rank, -1)
+
 
 class QKVExperts(nn.Module):
     """A fused qkv linear layer with LoRA experts on its q and v parts.
@@ -114,8 +122,7 @@ class QKVExperts(nn.Module):
                 trained_run = run
                 continue
             expert = self.experts[e]
-            down = expert.A.reshape(2 * expert.rank, -1)  # A of q and of v: both project down in one matmul
-            low = (x[run].reshape(-1, x.shape[-1]) @ down.T).to(out.dtype)
+            low = (x[run].reshape(-1, x.shape[-1]) @ expert.down().T).to(out.dtype)
             _add_qv_update_(out[run].view(-1, out.shape[-1]), low, expert.B.to(out.dtype), expert.scaling)
         if trained_run is None:
             return out
@@ -126,10 +133,9 @@ class QKVExperts(nn.Module):
         return torch.cat((out[:start], trained_out, out[stop:]))
 
     def merged_weight(self, expert: int) -> Tensor:
-        """The qkv weight with ``expert``'s q and v updates (``scaling * B @ A`` each) folded in."""
+        """The qkv weight with ``expert``'s q and v updates folded in."""
         d = self.head_width
-        lora = self.experts[expert]
-        delta = lora.scaling * lora.B @ lora.A  # (2, out, in): the q and v updates
+        delta = self.experts[expert].delta_weight()
         weight = self.base_layer.weight
         return torch.cat((weight[:d] + delta[0], weight[d : 2 * d], weight[2 * d :] + delta[1]))
 
