@@ -25,10 +25,11 @@ Configs take keywords only (``CoLoRConfig(8)`` is a ``TypeError``).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Optional, TypeVar
+from typing import Any, Literal, Optional, TypeVar
 
+from avalanche_color.utils.checks import (Check, boolean, integer, non_negative, non_negative_int, one_of, optional,
+                                          positive, positive_int, require)
 from avalanche_color.utils.deprecation import warn_deprecated
 
 RoutingFeatures = Literal["backbone", "first_expert"]
@@ -43,102 +44,14 @@ ROUTERS: tuple[str, ...] = Router.__args__  # type: ignore[attr-defined]
 DISTANCES: tuple[str, ...] = Distance.__args__  # type: ignore[attr-defined]
 PROTOTYPE_DATA: tuple[str, ...] = PrototypeData.__args__  # type: ignore[attr-defined]
 
-Check = Callable[[str, Any], None]
 Config = TypeVar("Config", bound="Options")
 
 
-# ---------------------------------------------------------------------- checks
-
-
-def check_positive_int(name: str, value: object) -> None:
-    """Refuse anything but an int >= 1."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-
-
-def check_non_negative_int(name: str, value: object) -> None:
-    """Refuse anything but an int >= 0."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
-
-
-def check_int(name: str, value: object) -> None:
-    """Refuse anything but an int."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-
-
-def check_positive(name: str, value: object) -> None:
-    """Refuse anything but a real number > 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{name} must be a number > 0, got {value!r}")
-
-
-def check_non_negative(name: str, value: object) -> None:
-    """Refuse anything but a real number >= 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise ValueError(f"{name} must be a number >= 0, got {value!r}")
-
-
-def check_bool(name: str, value: object) -> None:
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be True or False, got {value!r}")
-
-
-def check_choice(name: str, value: object, allowed: Collection[str]) -> None:
-    """Refuse a value outside ``allowed``."""
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {tuple(allowed)}, got {value!r}")
-
-
-def one_of(allowed: Collection[str]) -> Check:
-    return lambda name, value: check_choice(name, value, allowed)
-
-
-def optional(check: Check) -> Check:
-    return lambda name, value: None if value is None else check(name, value)
-
-
-def check_str(name: str, value: object) -> None:
-    if not isinstance(value, str):
-        raise ValueError(f"{name} must be a string, got {value!r}")
-
-
-def each(check: Check, *, allow_empty: bool = False) -> Check:
-    """A tuple or list whose every item passes ``check`` (and, unless ``allow_empty``, not empty)."""
-
-    def check_items(name: str, values: object) -> None:
-        if not isinstance(values, (tuple, list)):
-            raise ValueError(f"{name} must be a tuple or list, got {values!r}")
-        if not values and not allow_empty:
-            raise ValueError(f"{name} must not be empty")
-        for value in values:
-            check(f"each of {name}", value)
-
-    return check_items
-
-
-def subset_of(allowed: Collection[str], *, allow_empty: bool = False) -> Check:
-    """A tuple or list of values from ``allowed``, naming all those that are not."""
-
-    def check_subset(name: str, values: object) -> None:
-        each(lambda _, __: None, allow_empty=allow_empty)(name, values)
-        unknown = [value for value in values if value not in allowed]  # type: ignore[union-attr]
-        if unknown:
-            raise ValueError(f"{name} must be among {tuple(allowed)}, got {unknown}")
-
-    return check_subset
-
-
 def option(default: Any, check: Check, *, expert_setting: bool = False, **field_options: Any) -> Any:
-    """A config field with its check. ``expert_setting``: it decides what saved experts mean,
+    """A config field with its check (:mod:`avalanche_color.utils.checks`). ``expert_setting``: it decides what saved experts mean,
     so a checkpoint written with another value cannot be loaded. ``default=dataclasses.MISSING``
     makes the option required; ``field_options`` go to :func:`dataclasses.field`."""
     return field(default=default, metadata={"check": check, "expert_setting": expert_setting}, **field_options)
-
-
-def unchecked(name: str, value: object) -> None:
-    """For a field the config sets itself (``init=False``): nothing to check."""
 
 
 # ---------------------------------------------------------------------- the options
@@ -150,7 +63,7 @@ class Options:
 
     def __post_init__(self) -> None:
         for spec in dataclasses.fields(self):
-            spec.metadata["check"](spec.name, getattr(self, spec.name))
+            require(spec.name, getattr(self, spec.name), spec.metadata["check"])
         self._check_together()
 
     def _check_together(self) -> None:
@@ -228,10 +141,10 @@ class RoutingOptions(Options):
 
     routing_features: RoutingFeatures = option("backbone", one_of(ROUTING_FEATURES), expert_setting=True)
     router: Router = option("prototypes", one_of(ROUTERS), expert_setting=True)
-    router_width: int = option(2048, check_positive_int, expert_setting=True)
+    router_width: int = option(2048, positive_int, expert_setting=True)
     distance: Distance = option("euclidean", one_of(DISTANCES), expert_setting=True)
-    normalize_features: bool = option(True, check_bool, expert_setting=True)
-    cache_evaluation: bool = option(False, check_bool)
+    normalize_features: bool = option(True, boolean, expert_setting=True)
+    cache_evaluation: bool = option(False, boolean)
 
     @classmethod
     def build(cls: type[Config], config: Optional["Options"] = None, /, **options: Any) -> Config:
@@ -252,7 +165,7 @@ class RoutingOptions(Options):
             return options
         options = dict(options)
         routing = options.pop("routing")
-        check_choice("routing", routing, ROUTINGS)
+        require("routing", routing, one_of(ROUTINGS))
         name, value = ("router", "oracle") if routing == "oracle" else ("routing_features", routing)
         if warn:
             warn_deprecated(f"the option routing={routing!r} is deprecated: use {name}={value!r}")
@@ -283,12 +196,12 @@ class PrototypeOptions(Options):
             whole experience; every class then owns prototypes near its own samples.
     """
 
-    k: int = option(5, check_positive_int)
-    kmeans_seed: int = option(0, check_int)
-    kmeans_n_init: int = option(10, check_positive_int)
+    k: int = option(5, positive_int)
+    kmeans_seed: int = option(0, integer)
+    kmeans_n_init: int = option(10, positive_int)
     prototype_data: PrototypeData = option("train", one_of(PROTOTYPE_DATA))
-    prototype_batch_size: Optional[int] = option(None, optional(check_positive_int))
-    prototypes_per_class: Optional[int] = option(None, optional(check_positive_int))
+    prototype_batch_size: Optional[int] = option(None, optional(positive_int))
+    prototypes_per_class: Optional[int] = option(None, optional(positive_int))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -307,9 +220,9 @@ class LoaderOptions(Options):
         persistent_workers: keep the workers between epochs (needs ``num_workers`` >= 1).
     """
 
-    num_workers: int = option(0, check_non_negative_int)
-    pin_memory: Optional[bool] = option(None, optional(check_bool))
-    persistent_workers: bool = option(False, check_bool)
+    num_workers: int = option(0, non_negative_int)
+    pin_memory: Optional[bool] = option(None, optional(boolean))
+    persistent_workers: bool = option(False, boolean)
 
     def _check_together(self) -> None:
         super()._check_together()
@@ -332,11 +245,11 @@ class TrainingOptions(Options):
             ``SupervisedTemplate``.
     """
 
-    lr: float = option(1e-3, check_positive)
-    train_mb_size: int = option(128, check_positive_int)
-    train_epochs: int = option(50, check_positive_int)
-    eval_mb_size: int = option(128, check_positive_int)
-    eval_every: int = option(-1, check_int)
+    lr: float = option(1e-3, positive)
+    train_mb_size: int = option(128, positive_int)
+    train_epochs: int = option(50, positive_int)
+    eval_mb_size: int = option(128, positive_int)
+    eval_every: int = option(-1, integer)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -349,9 +262,9 @@ class ExpertTrainingOptions(TrainingOptions):
             exists (see :mod:`avalanche_color.training.data_checks`).
     """
 
-    momentum: float = option(0.9, check_non_negative)
-    weight_decay: float = option(2e-4, check_non_negative)
-    check_data: bool = option(True, check_bool)
+    momentum: float = option(0.9, non_negative)
+    weight_decay: float = option(2e-4, non_negative)
+    check_data: bool = option(True, boolean)
 
 
 @dataclass(frozen=True, kw_only=True)

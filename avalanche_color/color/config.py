@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from avalanche_color.config import (RoutedExpertsConfig, RoutingOptions, check_positive, check_positive_int, option,
-                                    optional)
+from avalanche_color.config import RoutedExpertsConfig, RoutingOptions, option
+from avalanche_color.utils.checks import optional, positive, positive_int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -23,8 +23,8 @@ class LoRAOptions(RoutingOptions):
         alpha: LoRA alpha; updates are scaled by ``alpha / rank``. None means ``rank``.
     """
 
-    rank: int = option(64, check_positive_int, expert_setting=True)
-    alpha: Optional[float] = option(None, optional(check_positive), expert_setting=True)
+    rank: int = option(64, positive_int, expert_setting=True)
+    alpha: Optional[float] = option(None, optional(positive), expert_setting=True)
 
     @property
     def scaling_alpha(self) -> float:

@@ -21,8 +21,9 @@ from typing import Any, Callable, ClassVar, Optional
 import torch
 from torch import Tensor, nn
 
-from avalanche_color.config import DISTANCES, Distance, check_choice
+from avalanche_color.config import DISTANCES, Distance
 from avalanche_color.routing.prototypes import kmeans_clustering
+from avalanche_color.utils.checks import one_of, require
 from avalanche_color.utils.state import take_stored_shapes
 
 # (features (n, d), class labels (n,)) -> prototypes (m, d): how an experience becomes prototypes.
@@ -79,7 +80,7 @@ class PrototypeRouter(Router):
 
     def __init__(self, distance: Distance = "euclidean") -> None:
         super().__init__()
-        check_choice("distance", distance, DISTANCES)
+        require("distance", distance, one_of(DISTANCES))
         self.distance: Distance = distance
         self.register_buffer("prototypes", torch.empty(0, 0))
         self.register_buffer("owners", torch.empty(0, dtype=torch.long))

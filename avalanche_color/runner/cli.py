@@ -21,8 +21,8 @@ from dataclasses import MISSING, dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from avalanche_color.runner.config import (DEFAULT_OUT, RunConfig, RunConfigError, flag_value, optional, path, setting,
-                                           text)
+from avalanche_color.runner.config import DEFAULT_OUT, RunConfig, RunConfigError, setting
+from avalanche_color.utils.checks import boolean, optional, path, text
 
 PROGRAM = "avalanche-color"
 DEBUG_ENV = "AVALANCHE_COLOR_DEBUG"
@@ -34,7 +34,7 @@ class CommandLine:
 
     name: Optional[str] = setting(None, "the output folder's name (default: the benchmark)", optional(text))
     out_dir: Path = setting(DEFAULT_OUT, "the folder the output folder goes in", path)
-    debug: bool = setting(False, f"show the traceback of an error (also: {DEBUG_ENV}=1)", flag_value)
+    debug: bool = setting(False, f"show the traceback of an error (also: {DEBUG_ENV}=1)", boolean)
 
     def __post_init__(self) -> None:
         for spec in dataclasses.fields(self):

@@ -12,19 +12,19 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import MISSING, dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from avalanche_color.benchmarks.registry import BENCHMARKS
 from avalanche_color.runner.methods import METHODS, methods_allowed
 from avalanche_color.runner.presets import PRESETS, preset_settings
+from avalanche_color.utils.checks import (Check, anything, boolean, each, non_negative, non_negative_int, one_of,
+                                          optional, path, positive, positive_int, subset_of, text)
 
 LOGGERS = ("text", "csv", "tensorboard")
 # The images' mean and std: the backbone's own (timm's pretrained_cfg), or ImageNet's, as
 # S-Prompts' code normalises (and so the paper's presets, see avalanche_color.runner.presets).
 NORMALISATIONS = ("backbone", "imagenet")
 DEFAULT_OUT = Path("runs")  # the output folders' parent, in the folder the command runs from
-
-Check = Callable[[object], Optional[str]]  # what is wrong with a value, or None
 
 
 class RunConfigError(ValueError):
@@ -43,80 +43,6 @@ def setting(default: Any, help: str, check: Check, *, flag: Optional[str] = None
     if isinstance(default, (list, dict, set)):
         raise TypeError("a mutable default would be shared between configs")
     return dataclasses.field(default=default, metadata=metadata, **field_options)
-
-
-# ---------------------------------------------------------------------- checks: None when the value is fine
-
-
-def _int(value: object, low: int) -> Optional[str]:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        return f"must be an integer >= {low}"
-    return None
-
-
-def positive_int(value: object) -> Optional[str]:
-    return _int(value, 1)
-
-
-def non_negative_int(value: object) -> Optional[str]:
-    return _int(value, 0)
-
-
-def positive(value: object) -> Optional[str]:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        return "must be a number > 0"
-    return None
-
-
-def non_negative(value: object) -> Optional[str]:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        return "must be a number >= 0"
-    return None
-
-
-def text(value: object) -> Optional[str]:
-    return None if isinstance(value, str) and value else "must be a non-empty string"
-
-
-def path(value: object) -> Optional[str]:
-    return None if isinstance(value, Path) else "must be a path"
-
-
-def flag_value(value: object) -> Optional[str]:
-    return None if isinstance(value, bool) else "must be True or False"
-
-
-def one_of(allowed: Any) -> Check:
-    return lambda value: None if value in allowed else f"must be one of {sorted(allowed)}"
-
-
-def optional(check: Check) -> Check:
-    return lambda value: None if value is None else check(value)
-
-
-def each(check: Check, *, allow_empty: bool = False) -> Check:
-    def check_each(values: object) -> Optional[str]:
-        if not isinstance(values, (tuple, list)):
-            return "must be a tuple or list"
-        if not values and not allow_empty:
-            return "must not be empty"
-        problems = [problem for problem in map(check, values) if problem]
-        return f"must each {problems[0].removeprefix('must ')}" if problems else None
-    return check_each
-
-
-def subset_of(allowed: Any, *, allow_empty: bool = False) -> Check:
-    def check(values: object) -> Optional[str]:
-        if not isinstance(values, (tuple, list)):
-            return "must be a tuple or list"
-        if not values and not allow_empty:
-            return "must not be empty"
-        return None if all(v in allowed for v in values) else f"must be among {list(allowed)}"
-    return check
-
-
-def anything(value: object) -> Optional[str]:
-    return None
 
 
 # ---------------------------------------------------------------------- the configuration
@@ -182,7 +108,7 @@ class RunConfig:
     wandb_project: Optional[str] = setting(None, "log every run to this W&B project", optional(text))
     wandb_entity: Optional[str] = setting(None, "the W&B entity (team or user) of --wandb-project", optional(text))
     resume: bool = setting(False, "continue an interrupted comparison in the same folder from its checkpoints",
-                           flag_value)
+                           boolean)
     checkpoint_epochs: Optional[int] = setting(
         None, "also checkpoint CoLoR runs every this many epochs (default: after each experience)",
         optional(positive_int))

@@ -28,9 +28,9 @@ import torch
 from avalanche.core import SupervisedPlugin
 from torch import Tensor
 
-from avalanche_color.config import check_positive_int
 from avalanche_color.experts.backbone import backbone_images
 from avalanche_color.training.loaders import data_loader, loader_options
+from avalanche_color.utils.checks import positive_int, require
 from avalanche_color.utils.experiences import experience_classes
 from avalanche_color.utils.rng import generators_untouched
 
@@ -47,7 +47,7 @@ def check_training_experience(experience: Any, vit: Any, batch_size: int = 256, 
         batch_size: samples loaded at a time by the scan.
         num_workers: worker processes loading them (0: this process).
     """
-    check_positive_int("batch_size", batch_size)
+    require("batch_size", batch_size, positive_int)
     options = loader_options({"num_workers": num_workers})
     experience_id = experience.current_experience
     dataset = experience.dataset.train()

@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 import torch
 from avalanche.core import SupervisedPlugin
 
-from avalanche_color.config import check_positive_int
 from avalanche_color.experts.model_state import (backbone_fingerprint, model_extras, model_settings,
                                                  restore_model_extras)
 from avalanche_color.training.checkpoint import (Checkpoint, CheckpointError, check_fits, read_checkpoint,
                                                  read_header, write_checkpoint)
+from avalanche_color.utils.checks import positive_int, require
 from avalanche_color.utils.files import PathLike
 from avalanche_color.utils.rng import capture_rng, restore_rng
 
@@ -63,7 +63,7 @@ class CheckpointPlugin(SupervisedPlugin):
     def __init__(self, path: PathLike, every_n_epochs: Optional[int] = None) -> None:
         super().__init__()
         if every_n_epochs is not None:
-            check_positive_int("every_n_epochs", every_n_epochs)
+            require("every_n_epochs", every_n_epochs, positive_int)
         self.path = Path(path)
         self.every_n_epochs = every_n_epochs
         self.experiences_done = 0

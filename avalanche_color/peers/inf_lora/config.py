@@ -12,16 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from avalanche_color.config import check_positive, check_positive_int, one_of, option, optional
+from avalanche_color.config import option
 from avalanche_color.peers.lora_sum.config import LoRASumTraining, Optimizer, Schedule
+from avalanche_color.utils.checks import fraction, one_of, optional, positive, positive_int
 
 __all__ = ["InfLoRAConfig", "Optimizer", "Schedule"]
-
-
-def check_fraction(name: str, value: object) -> None:
-    """Refuse anything but a number in (0, 1]."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise ValueError(f"{name} must be a number in (0, 1], got {value!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,12 +24,12 @@ class InfLoRAConfig(LoRASumTraining):
     """Every option of :class:`~avalanche_color.InfLoRA` (see its docstring for each one's meaning): its
     subspaces', and the shared training group with the code's Adam at lr 5e-4, cosine."""
 
-    rank: int = option(10, check_positive_int, expert_setting=True)
-    threshold: float = option(0.95, check_fraction, expert_setting=True)
-    final_threshold: float = option(1.0, check_fraction, expert_setting=True)
-    num_experiences: Optional[int] = option(None, optional(check_positive_int), expert_setting=True)
+    rank: int = option(10, positive_int, expert_setting=True)
+    threshold: float = option(0.95, fraction, expert_setting=True)
+    final_threshold: float = option(1.0, fraction, expert_setting=True)
+    num_experiences: Optional[int] = option(None, optional(positive_int), expert_setting=True)
     optimizer: Optimizer = option("adam", one_of(("sgd", "adam")))
-    lr: float = option(5e-4, check_positive)
+    lr: float = option(5e-4, positive)
     lr_schedule: Schedule = option("cosine", one_of(("constant", "cosine")))
 
     def _check_together(self) -> None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from avalanche_color.config import (LoaderOptions, Options, TrainingOptions, check_bool, check_non_negative,
-                                    check_positive, check_positive_int, one_of, option)
+from avalanche_color.config import LoaderOptions, Options, TrainingOptions, option
+from avalanche_color.utils.checks import boolean, non_negative, one_of, positive, positive_int
 
 HeadInput = Literal["prompts", "pooled"]
 PromptInit = Literal["uniform", "zero"]
@@ -32,11 +32,11 @@ class L2PModelOptions(Options):
         prompt_init: ``"uniform"`` in [-1, 1] (L2P's default) or ``"zero"``.
     """
 
-    pool_size: int = option(10, check_positive_int, expert_setting=True)
-    prompt_length: int = option(5, check_positive_int, expert_setting=True)
-    top_n: int = option(5, check_positive_int, expert_setting=True)
+    pool_size: int = option(10, positive_int, expert_setting=True)
+    prompt_length: int = option(5, positive_int, expert_setting=True)
+    top_n: int = option(5, positive_int, expert_setting=True)
     head_input: HeadInput = option("prompts", one_of(HEAD_INPUTS), expert_setting=True)
-    class_masking: bool = option(True, check_bool)
+    class_masking: bool = option(True, boolean)
     prompt_init: PromptInit = option("uniform", one_of(PROMPT_INITS))
 
     def _check_together(self) -> None:
@@ -54,6 +54,6 @@ class L2PConfig(LoaderOptions, L2PModelOptions, TrainingOptions):
         surrogate_weight: lambda, the weight of the key-query surrogate loss.
     """
 
-    surrogate_weight: float = option(0.1, check_non_negative)
-    lr: float = option(0.03, check_positive)
-    train_epochs: int = option(5, check_positive_int)
+    surrogate_weight: float = option(0.1, non_negative)
+    lr: float = option(0.03, positive)
+    train_epochs: int = option(5, positive_int)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from avalanche_color.config import check_choice
 from avalanche_color.peers.l2p.config import PROMPT_INITS, PromptInit
 from avalanche_color.peers.prompts import new_prompts
+from avalanche_color.utils.checks import one_of, require
 
 
 class PromptPool(nn.Module):
@@ -31,7 +31,7 @@ class PromptPool(nn.Module):
     def __init__(self, pool_size: int, prompt_length: int, width: int, key_width: int | None = None,
                  prompt_init: PromptInit = "uniform") -> None:
         super().__init__()
-        check_choice("prompt_init", prompt_init, PROMPT_INITS)
+        require("prompt_init", prompt_init, one_of(PROMPT_INITS))
         bound = 1.0 if prompt_init == "uniform" else 0.0
         self.prompts = nn.Parameter(torch.empty(pool_size, prompt_length, width).uniform_(-bound, bound))
         self.keys = new_prompts(pool_size, key_width or width, 1.0)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from avalanche_color.config import (LoaderOptions, TrainingOptions, check_bool, check_int, check_non_negative,
-                                    check_positive_int, one_of, option)
+from avalanche_color.config import LoaderOptions, TrainingOptions, option
+from avalanche_color.utils.checks import boolean, integer, non_negative, one_of, positive_int
 
 Optimizer = Literal["sgd", "adam"]
 Schedule = Literal["constant", "cosine"]
@@ -31,9 +31,9 @@ class LoRASumTraining(LoaderOptions, TrainingOptions):
     """
 
     optimizer: Optimizer = option("sgd", one_of(("sgd", "adam")))
-    momentum: float = option(0.9, check_non_negative)
-    weight_decay: float = option(0.0, check_non_negative)
+    momentum: float = option(0.9, non_negative)
+    weight_decay: float = option(0.0, non_negative)
     lr_schedule: Schedule = option("constant", one_of(("constant", "cosine")))
-    train_epochs: int = option(20, check_positive_int)
-    check_data: bool = option(True, check_bool)
-    init_seed: int = option(0, check_int)
+    train_epochs: int = option(20, positive_int)
+    check_data: bool = option(True, boolean)
+    init_seed: int = option(0, integer)

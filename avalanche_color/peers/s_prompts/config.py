@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from avalanche_color.config import (RoutedExpertsConfig, RoutingOptions, check_non_negative_int, check_positive,
-                                    option)
+from avalanche_color.config import RoutedExpertsConfig, RoutingOptions, option
+from avalanche_color.utils.checks import non_negative_int, positive
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -21,7 +21,7 @@ class PromptOptions(RoutingOptions):
         prompt_length: tokens per expert (S-Prompts: 10); 0 leaves only the head.
     """
 
-    prompt_length: int = option(10, check_non_negative_int, expert_setting=True)
+    prompt_length: int = option(10, non_negative_int, expert_setting=True)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,4 +29,4 @@ class SPromptsConfig(PromptOptions, RoutedExpertsConfig):
     """S-Prompts' options, the fields of :class:`~avalanche_color.SPrompts`'s keyword arguments;
     defaults from its published configs (prompt length 10, lr 0.01)."""
 
-    lr: float = option(0.01, check_positive)
+    lr: float = option(0.01, positive)

@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Optional
 
-from avalanche_color.config import check_positive, check_positive_int, each, one_of, option, optional
+from avalanche_color.config import option
 from avalanche_color.peers.lora_sum.config import LoRASumTraining, Optimizer, Schedule
+from avalanche_color.utils.checks import each, one_of, optional, positive, positive_int
 
 __all__ = ["DirectionNorm", "Optimizer", "SDLoRAConfig", "Schedule"]
 
@@ -25,11 +26,11 @@ class SDLoRAConfig(LoRASumTraining):
     """Every option of :class:`~avalanche_color.SDLoRA` (see its docstring for each one's meaning): its
     directions', and the shared training group with the code's SGD at lr 0.008, constant."""
 
-    rank: int = option(10, check_positive_int, expert_setting=True)
-    rank_schedule: Optional[tuple[int, ...]] = option(None, optional(each(check_positive_int)), expert_setting=True)
-    magnitude_init: float = option(0.8, check_positive)
+    rank: int = option(10, positive_int, expert_setting=True)
+    rank_schedule: Optional[tuple[int, ...]] = option(None, optional(each(positive_int)), expert_setting=True)
+    magnitude_init: float = option(0.8, positive)
     direction_norm: DirectionNorm = option("product", one_of(("product", "factors")), expert_setting=True)
-    lr: float = option(8e-3, check_positive)
+    lr: float = option(8e-3, positive)
 
     def rank_of(self, experience: int) -> int:
         """The rank of the component of the ``experience``-th component (SD-LoRA-RR with a schedule)."""

@@ -1,0 +1,119 @@
+"""Checks of user-given values: one vocabulary for the methods' options and the runner's settings.
+
+A check says what is wrong with a value (``"must be an integer >= 1"``) or returns None when the
+value is fine. :func:`require` turns the problem into a ``ValueError`` that names the argument, the
+value and what is allowed (``rank must be an integer >= 1, got '8'``); the runner wraps the same
+problem in its own :class:`~avalanche_color.runner.config.RunConfigError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from pathlib import Path
+from typing import Callable, Optional
+
+Check = Callable[[object], Optional[str]]  # what is wrong with a value, or None
+
+
+def require(name: str, value: object, check: Check) -> None:
+    """Refuse ``value`` of the argument ``name`` if ``check`` finds something wrong with it."""
+    problem = check(value)
+    if problem:
+        raise ValueError(f"{name} {problem}, got {value!r}")
+
+
+def integer(value: object) -> Optional[str]:
+    return None if isinstance(value, int) and not isinstance(value, bool) else "must be an integer"
+
+
+def positive_int(value: object) -> Optional[str]:
+    return _integer_at_least(value, 1)
+
+
+def non_negative_int(value: object) -> Optional[str]:
+    return _integer_at_least(value, 0)
+
+
+def _integer_at_least(value: object, low: int) -> Optional[str]:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        return f"must be an integer >= {low}"
+    return None
+
+
+def positive(value: object) -> Optional[str]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        return "must be a number > 0"
+    return None
+
+
+def non_negative(value: object) -> Optional[str]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        return "must be a number >= 0"
+    return None
+
+
+def fraction(value: object) -> Optional[str]:
+    """A number in (0, 1]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        return "must be a number in (0, 1]"
+    return None
+
+
+def boolean(value: object) -> Optional[str]:
+    return None if isinstance(value, bool) else "must be True or False"
+
+
+def text(value: object) -> Optional[str]:
+    return None if isinstance(value, str) and value else "must be a non-empty string"
+
+
+def path(value: object) -> Optional[str]:
+    return None if isinstance(value, Path) else "must be a path"
+
+
+def anything(value: object) -> Optional[str]:
+    """For a value set by the code itself, not by a user: nothing to check."""
+    return None
+
+
+def one_of(allowed: Collection[str]) -> Check:
+    choices = tuple(allowed)
+    return lambda value: None if value in choices else f"must be one of {choices}"
+
+
+def optional(check: Check) -> Check:
+    """None, or a value that passes ``check``."""
+    return lambda value: None if value is None else check(value)
+
+
+def _sequence(values: object, allow_empty: bool) -> Optional[str]:
+    if not isinstance(values, (tuple, list)):
+        return "must be a tuple or list"
+    return "must not be empty" if not values and not allow_empty else None
+
+
+def each(check: Check, *, allow_empty: bool = False) -> Check:
+    """A tuple or list whose every item passes ``check`` (and, unless ``allow_empty``, not empty)."""
+
+    def check_each(values: object) -> Optional[str]:
+        problem = _sequence(values, allow_empty)
+        if problem:
+            return problem
+        problems = [found for found in map(check, values) if found]  # type: ignore[arg-type]
+        return f"must each {problems[0].removeprefix('must ')}" if problems else None
+
+    return check_each
+
+
+def subset_of(allowed: Collection[str], *, allow_empty: bool = False) -> Check:
+    """A tuple or list of values from ``allowed``; the problem names those that are not."""
+    choices = tuple(allowed)
+
+    def check_subset(values: object) -> Optional[str]:
+        problem = _sequence(values, allow_empty)
+        if problem:
+            return problem
+        unknown = [value for value in values if value not in choices]  # type: ignore[union-attr]
+        return f"must be among {choices} (not {', '.join(map(repr, unknown))})" if unknown else None
+
+    return check_subset
