@@ -48,6 +48,21 @@ def write_saved_folder(folder: PathLike, tensors: Mapping[str, Tensor], config: 
     return write_folder_atomically(folder, write, replaceable=(config_file, tensors_file))
 
 
+def read_saved_folder(folder: Path, *, tensors_file: str, form: str, what: str, keys: Collection[str],
+                      config_file: str = "config.json") -> dict[str, Any]:
+    """The config of a folder :func:`write_saved_folder` wrote: a ``FileNotFoundError`` if a file is
+    missing, a ``SavedModelError`` if the config is not JSON, names another ``form`` (it is not
+    ``what``, e.g. "a saved SD-LoRA model") or lacks one of ``keys``."""
+    if not (folder / config_file).is_file() or not (folder / tensors_file).is_file():
+        raise FileNotFoundError(f"{folder} is not a saved model: it needs {config_file} and {tensors_file} "
+                                f"(written by save_pretrained)")
+    saved = read_saved_config(folder, config_file)
+    if saved.get("format") != form:
+        raise SavedModelError(f"{folder / config_file} is not {what} (format {form!r})")
+    require_keys(folder, config_file, saved, keys)
+    return saved
+
+
 def read_saved_config(folder: Path, name: str) -> dict[str, Any]:
     """``folder/name`` as a JSON object; a ``SavedModelError`` naming it otherwise."""
     try:

@@ -18,8 +18,7 @@ from typing import Any, TypeVar
 from torch import nn
 
 from avalanche_color.config import RoutingOptions
-from avalanche_color.experts.integrity import (load_tensors, read_saved_config, read_verified, require_keys,
-                                               write_saved_folder)
+from avalanche_color.experts.integrity import load_tensors, read_saved_folder, read_verified, write_saved_folder
 from avalanche_color.experts.model_state import backbone_fingerprint, model_extras, restore_model_extras
 from avalanche_color.utils.files import PathLike
 from avalanche_color.version import __version__
@@ -70,14 +69,9 @@ def from_pretrained(model_class: type[Model], folder: PathLike, backbone: nn.Mod
     ``cache_evaluation``); any other difference from the saved model is refused.
     """
     folder = Path(folder)
-    config_path = folder / CONFIG_FILE
-    if not config_path.is_file() or not (folder / WEIGHTS_FILE).is_file():
-        raise FileNotFoundError(f"{folder} is not a saved model: it needs {CONFIG_FILE} and {WEIGHTS_FILE} "
-                                f"(written by save_pretrained)")
-    saved = read_saved_config(folder, CONFIG_FILE)
-    if saved.get("format") != FORMAT:
-        raise ValueError(f"{config_path} is not an avalanche_color saved model (format {FORMAT!r})")
-    require_keys(folder, CONFIG_FILE, saved, ("model", "options", "backbone", "model_extras"))
+    saved = read_saved_folder(folder, tensors_file=WEIGHTS_FILE, config_file=CONFIG_FILE, form=FORMAT,
+                              what="an avalanche_color saved model",
+                              keys=("model", "options", "backbone", "model_extras"))
     # Folders written before routing_features and router replaced the option routing.
     saved["options"] = RoutingOptions.without_routing(saved["options"], warn=False)
     options = RoutingOptions.without_routing(options)

@@ -16,8 +16,7 @@ from typing import TypeVar
 
 from torch import nn
 
-from avalanche_color.experts.integrity import (SavedModelError, load_tensors, read_saved_config,
-                                               read_verified, require_keys, write_saved_folder)
+from avalanche_color.experts.integrity import load_tensors, read_saved_folder, read_verified, write_saved_folder
 from avalanche_color.utils.digests import tensors_digest
 from avalanche_color.utils.files import PathLike
 from avalanche_color.version import __version__
@@ -48,14 +47,9 @@ def save_folder(model: nn.Module, folder: PathLike) -> Path:
 def load_folder(model_class: type[Model], folder: PathLike, backbone: nn.Module) -> Model:
     """A ``model_class`` on a copy of ``backbone`` with the state saved in ``folder``, in eval mode."""
     folder = Path(folder)
-    config_path = folder / CONFIG_FILE
-    if not config_path.is_file() or not (folder / WEIGHTS_FILE).is_file():
-        raise FileNotFoundError(f"{folder} is not a saved model: it needs {CONFIG_FILE} and {WEIGHTS_FILE} "
-                                f"(written by save_pretrained)")
-    saved = read_saved_config(folder, CONFIG_FILE)
-    if saved.get("format") != FORMAT:
-        raise SavedModelError(f"{config_path} is not a saved SD-LoRA or InfLoRA model (format {FORMAT!r})")
-    require_keys(folder, CONFIG_FILE, saved, ("model", "options", "backbone", "max_class_label", "files"))
+    saved = read_saved_folder(folder, tensors_file=WEIGHTS_FILE, config_file=CONFIG_FILE, form=FORMAT,
+                              what="a saved SD-LoRA or InfLoRA model",
+                              keys=("model", "options", "backbone", "max_class_label", "files"))
     if saved["model"] != model_class.__name__:
         raise ValueError(f"{folder} holds a {saved['model']}, not a {model_class.__name__}")
     options = {k: tuple(v) if isinstance(v, list) else v for k, v in saved["options"].items()}
