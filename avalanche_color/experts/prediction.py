@@ -45,6 +45,7 @@ def predict(features: Features, heads: nn.ModuleList, num_classes: int, x: Tenso
         pooled = features(x, experts, trained)
     else:
         order = experts.argsort(stable=True)
+        # The runs of equal experts in the sorted batch, as (expert, slice of samples) pairs.
         ids, counts = torch.unique_consecutive(experts[order], return_counts=True)
         bounds = [0, *counts.cumsum(0).tolist()]
         segments = [(int(e), slice(a, b)) for e, a, b in zip(ids.tolist(), bounds, bounds[1:])]
