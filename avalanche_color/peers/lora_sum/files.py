@@ -17,7 +17,7 @@ from typing import TypeVar
 from torch import nn
 
 from avalanche_color.experts.integrity import load_tensors, read_saved_folder, read_verified, write_saved_folder
-from avalanche_color.utils.digests import tensors_digest
+from avalanche_color.experts.model_state import backbone_fingerprint
 from avalanche_color.utils.files import PathLike
 from avalanche_color.version import __version__
 
@@ -29,17 +29,11 @@ WEIGHTS_FILE = "weights.safetensors"
 Model = TypeVar("Model", bound=nn.Module)
 
 
-def backbone_digest(model: nn.Module) -> str:
-    """A digest of the frozen backbone's tensors (what the saved components were trained on)."""
-    learned = model.experts_state_dict()
-    return tensors_digest((k, v) for k, v in model.state_dict().items() if k not in learned)
-
-
 def save_folder(model: nn.Module, folder: PathLike) -> Path:
     """Write ``model``'s learned state and ``config.json`` into ``folder``, atomically."""
     config = {"format": FORMAT, "version": __version__, "model": type(model).__name__,
               "options": model.config.as_dict(), "max_class_label": model.max_class_label,
-              "backbone": backbone_digest(model)}
+              "backbone": backbone_fingerprint(model)}
     return write_saved_folder(folder, model.experts_state_dict(), config, tensors_file=WEIGHTS_FILE,
                               config_file=CONFIG_FILE)
 
@@ -54,7 +48,7 @@ def load_folder(model_class: type[Model], folder: PathLike, backbone: nn.Module)
         raise ValueError(f"{folder} holds a {saved['model']}, not a {model_class.__name__}")
     options = {k: tuple(v) if isinstance(v, list) else v for k, v in saved["options"].items()}
     model = model_class(backbone, model_class.config_class(**options))
-    digest = backbone_digest(model)
+    digest = backbone_fingerprint(model)
     if digest != saved["backbone"]:
         raise ValueError(f"{folder} does not fit this backbone: its components were trained on another one "
                          f"(weights digest {saved['backbone'][:12]}, this backbone's {digest[:12]})")
