@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
-from avalanche_color.experts.backbone import backbone_images
+from avalanche_color.experts.backbone import check_experience_images
 from avalanche_color.utils.experiences import (experience_classes, experience_task_labels,
                                                   refuse_chunks_without_boundaries)
 
@@ -35,13 +33,11 @@ def adapt_to_experience(model: Any, experience: Any) -> None:
     experience_id = int(experience.current_experience)
     if model.bank.current_expert(experience_id) is not None:
         return
-    if len(experience.dataset) == 0:
-        raise ValueError(f"experience {experience_id} has no samples")
+    # Refuse unusable data before the expert exists, not at the first forward.
+    check_experience_images(model.backbone, experience)
     if not model.router.uses_features:
         if len(tasks) != 1:
             raise ValueError(f"router='oracle' routes by task label, so experience {experience_id} must "
                              f"have one task label, got {tasks}")
         model.bank.check_distinct_task(tasks[0], experience_id)
-    # Refuse unusable images before the expert exists, not at the first forward.
-    backbone_images(model.backbone, torch.as_tensor(experience.dataset[0][0]).unsqueeze(0))
     model.start_expert(classes, experience_id, tasks[0])

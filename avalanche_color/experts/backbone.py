@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor, nn
@@ -54,3 +56,11 @@ def backbone_images(vit: VisionTransformer, x: Tensor) -> Tensor:
     if not getattr(embed, "dynamic_img_pad", False) and (size[0] % patch[0] or size[1] % patch[1]):
         raise ValueError(f"image height and width must be multiples of the patch size {patch}, got {size}")
     return x.to(embed.proj.weight.dtype)
+
+
+def check_experience_images(vit: VisionTransformer, experience: Any) -> None:
+    """Refuse a training experience with no samples, or whose first image ``vit`` cannot take
+    (:func:`backbone_images`): called before a model changes any state for the experience."""
+    if len(experience.dataset) == 0:
+        raise ValueError(f"experience {experience.current_experience} has no samples")
+    backbone_images(vit, torch.as_tensor(experience.dataset[0][0]).unsqueeze(0))

@@ -15,7 +15,8 @@ from avalanche.models import DynamicModule
 from torch import Tensor, nn
 
 from avalanche_color.peers.l2p.config import L2PModelOptions
-from avalanche_color.experts.backbone import backbone_dtype, backbone_images, check_vision_transformer
+from avalanche_color.experts.backbone import (backbone_dtype, backbone_images, check_experience_images,
+                                              check_vision_transformer)
 from avalanche_color.peers.l2p.prompt_pool import PromptPool
 from avalanche_color.peers.prompts import drop_prompts, prompt_outputs, prompt_width, prompted_tokens
 from avalanche_color.utils.experiences import experience_classes
@@ -112,10 +113,7 @@ class L2PViT(DynamicModule):
         self.max_class_label = max(self.max_class_label, max(classes) + 1)
         if not self.training:
             return
-        if len(experience.dataset) == 0:
-            raise ValueError(f"experience {experience.current_experience} has no samples")
-        # Refuse images the backbone cannot take before any state changes.
-        backbone_images(self.backbone, torch.as_tensor(experience.dataset[0][0]).unsqueeze(0))
+        check_experience_images(self.backbone, experience)
         self.learn_classes(classes)
 
     def learn_classes(self, classes: Sequence[int]) -> None:

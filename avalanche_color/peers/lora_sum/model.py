@@ -24,7 +24,9 @@ from avalanche.models import DynamicModule
 from torch import Tensor, nn
 
 from avalanche_color.config import Options
-from avalanche_color.experts.backbone import backbone_dtype, backbone_images, check_vision_transformer
+from avalanche_color.experts.backbone import (backbone_dtype, backbone_images, check_experience_images,
+                                              check_vision_transformer)
+from avalanche_color.experts.heads import check_classes
 from avalanche_color.lora.blocks import expert_tokens
 from avalanche_color.peers.lora_sum.files import load_folder, save_folder
 from avalanche_color.peers.lora_sum.layer import LoRASumQKV, Mixing, Part
@@ -143,12 +145,8 @@ class LoRASumViT(DynamicModule):
             self.max_class_label = max(self.max_class_label, max(classes) + 1)
         if not self.training or not classes:
             return
-        if min(classes) < 0:
-            raise ValueError(f"classes must be non-negative class ids, got {classes}")
-        if len(experience.dataset) == 0:
-            raise ValueError(f"experience {experience.current_experience} has no samples")
-        # Refuse images the backbone cannot take before any state changes.
-        backbone_images(self.backbone, torch.as_tensor(experience.dataset[0][0]).unsqueeze(0))
+        check_classes(classes)
+        check_experience_images(self.backbone, experience)
         self.learn_classes(classes)
 
     def learn_classes(self, classes: list[int]) -> None:
