@@ -12,22 +12,10 @@ import torch
 
 torch.set_num_threads(1)
 
-from avalanche.core import SupervisedPlugin  # noqa: E402
 from avalanche.distributed import DistributedHelper  # noqa: E402
 
-from helpers import UNSATURATED, stream_metric, tiny_color, train_all  # noqa: E402
+from helpers import UNSATURATED, SeenLabels, stream_metric, tiny_color, train_all  # noqa: E402
 from streams import class_stream  # noqa: E402
-
-
-class SeenLabels(SupervisedPlugin, supports_distributed=True):
-    """The labels of every evaluation batch, as the metrics see them, per experience."""
-
-    def __init__(self):
-        super().__init__()
-        self.labels: dict[int, list[torch.Tensor]] = {}
-
-    def after_eval_iteration(self, strategy, **kwargs):
-        self.labels.setdefault(strategy.experience.current_experience, []).append(strategy.mb_y.cpu())
 
 
 def main(out: Path, train_mb_size: int, router_kind: str, router_width: int) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import timm
 import torch
+from avalanche.core import SupervisedPlugin
 from avalanche.evaluation.metrics import accuracy_metrics
 from avalanche.training import Naive
 from avalanche.training.plugins import EvaluationPlugin
@@ -66,3 +67,14 @@ def naive_accuracy(benchmark, num_classes: int, seed: int = 0) -> float:
         evaluator=quiet_evaluator(),
     )
     return stream_metric(train_all(strategy, benchmark), "Top1_Acc")
+
+
+class SeenLabels(SupervisedPlugin, supports_distributed=True):
+    """The labels of every evaluation batch, as the metrics see them, per experience."""
+
+    def __init__(self):
+        super().__init__()
+        self.labels: dict[int, list[torch.Tensor]] = {}
+
+    def after_eval_iteration(self, strategy, **kwargs):
+        self.labels.setdefault(strategy.experience.current_experience, []).append(strategy.mb_y.cpu())

@@ -14,7 +14,8 @@ torch.set_num_threads(1)
 from avalanche.distributed import DistributedHelper  # noqa: E402
 
 from avalanche_color import InfLoRA, SDLoRA  # noqa: E402
-from lora_sum_torchrun import SeenLabels, distributed_run  # noqa: E402
+from helpers import SeenLabels  # noqa: E402
+from lora_sum_torchrun import distributed_run  # noqa: E402
 
 STRATEGIES = {"SDLoRA": SDLoRA, "InfLoRA": InfLoRA}
 

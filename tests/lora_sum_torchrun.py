@@ -13,24 +13,12 @@ import sys
 from pathlib import Path
 
 import torch
-from avalanche.core import SupervisedPlugin
 
 from helpers import stream_metric
 from lora_sum_cases import same_state, tiny
 from streams import class_stream
 
 DISTRIBUTED_STREAM = dict(num_experiences=2, per_class=8)  # 16 training samples per experience
-
-
-class SeenLabels(SupervisedPlugin, supports_distributed=True):
-    """The labels of every evaluation batch, as the metrics see them, per experience."""
-
-    def __init__(self):
-        super().__init__()
-        self.labels: dict[int, list[torch.Tensor]] = {}
-
-    def after_eval_iteration(self, strategy, **kwargs):
-        self.labels.setdefault(strategy.experience.current_experience, []).append(strategy.mb_y.cpu())
 
 
 def distributed_run(strategy_class, train_mb_size: int, plugins=()):
