@@ -10,7 +10,6 @@ model its model options (``config.group(model_config_class)``), the loaders thei
 from __future__ import annotations
 
 import copy
-import functools
 import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable, ClassVar, Optional, Union
@@ -20,16 +19,15 @@ from avalanche.core import BasePlugin
 from avalanche.training.plugins import EvaluationPlugin
 from avalanche.training.plugins.evaluation import default_evaluator
 from avalanche.training.templates import SupervisedTemplate
-from avalanche.training.templates.base import _merge_legacy_positional_arguments
 from torch import nn
 
 from avalanche_color.config import LoaderOptions, Options, RoutingOptions, TrainingOptions
-from avalanche_color.training.strategy_parts import LoaderDefaults
+from avalanche_color.training.strategy_parts import LoaderDefaults, ModelFirst
 from avalanche_color.training.plugin_compatibility import refuse_incompatible_plugins
 from avalanche_color.utils.deprecation import warn_deprecated
 
 
-class ConfiguredStrategy(LoaderDefaults, SupervisedTemplate):
+class ConfiguredStrategy(ModelFirst, LoaderDefaults, SupervisedTemplate):
     """A ``SupervisedTemplate`` set up from one options dataclass.
 
     Subclasses set :attr:`config_class`, :attr:`model_class` and :attr:`model_config_class`, write
@@ -66,14 +64,6 @@ class ConfiguredStrategy(LoaderDefaults, SupervisedTemplate):
     # The optimiser the strategy builds per experience, and the options that set it (for the refusal of optimizer=).
     optimizer_description: ClassVar[str] = "its own optimiser"
     optimizer_options: ClassVar[tuple[str, ...]] = ("lr",)
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        init = cls.__init__
-        super().__init_subclass__(**kwargs)  # Avalanche's BaseTemplate wraps __init__: see model_first
-        if getattr(init, "takes_model_first", False):
-            cls.__init__ = init  # type: ignore[method-assign]  # a parent's, already wrapped
-        elif _declares_model_first(init):
-            cls.__init__ = model_first(init)  # type: ignore[method-assign]
 
     def __init__(
         self,
@@ -187,31 +177,3 @@ def _given(config_class: type[Options], options: Mapping[str, Any]) -> dict[str,
     defaults = config_class.defaults()
     return {name: value for name, value in options.items()
             if not (type(value) is type(defaults[name]) and value == defaults[name])}
-
-
-def _declares_model_first(init: Callable[..., None]) -> bool:
-    parameters = list(inspect.signature(init).parameters.values())[1:]  # after self
-    return bool(parameters) and parameters[0].name == "model" and parameters[0].kind in (
-        inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-
-
-def model_first(init: Callable[..., None]) -> Callable[..., None]:
-    """A strategy's ``__init__`` called as Avalanche's strategies are, except that the model may come first.
-
-    Avalanche's ``BaseTemplate`` wraps every strategy's ``__init__``: positional arguments warn
-    (``PositionalArgumentsDeprecatedWarning``) and are passed on as keywords, and an ``__init__``
-    that declares any positional parameter warns on every call. Here ``Strategy(model, **options)``
-    is the documented call, so this wrapper takes the wrapper's place: the model alone given by
-    position passes silently, and every positional argument after it gets Avalanche's own handling
-    (its warning, its mapping onto the keyword-only parameters in order).
-    """
-
-    @functools.wraps(init)
-    def init_model_first(self: Any, *args: Any, **kwargs: Any) -> None:
-        if len(args) > 1:
-            args, kwargs = _merge_legacy_positional_arguments(init, type(self).__name__, (self, *args), kwargs)
-            return init(*args, **kwargs)
-        return init(self, *args, **kwargs)
-
-    init_model_first.takes_model_first = True  # type: ignore[attr-defined]
-    return init_model_first

@@ -1,5 +1,7 @@
 """What every strategy of the package adds to Avalanche's template, each part once.
 
+* :class:`ModelFirst`: ``Strategy(model, **options)`` passes silently; later positional arguments warn as
+  in Avalanche.
 * :class:`LoaderDefaults`: the config's loader options reach every loader of ``train`` and ``eval``.
 * :class:`ShardedEvaluation`: under torchrun each rank evaluates its own unpadded shard, and the
   metrics see every rank's batch.
@@ -9,12 +11,57 @@ Mix them in before ``SupervisedTemplate`` (their ``super()`` calls reach the tem
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any, Callable, Optional
+
+from avalanche.training.templates.base import _merge_legacy_positional_arguments
 
 from avalanche_color.config import LoaderOptions
 from avalanche_color.training.distributed import eval_loader, gather_eval_batch, is_distributed
 from avalanche_color.training.loaders import loader_options
+
+
+class ModelFirst:
+    """A strategy whose ``__init__`` declares ``model`` as its first parameter gets :func:`model_first`
+    in place of Avalanche's wrapper; a subclass without its own ``__init__`` keeps its parent's."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        init = cls.__init__
+        super().__init_subclass__(**kwargs)  # Avalanche's BaseTemplate wraps __init__: see model_first
+        if getattr(init, "takes_model_first", False):
+            cls.__init__ = init  # type: ignore[method-assign]  # a parent's, already wrapped
+        elif _declares_model_first(init):
+            cls.__init__ = model_first(init)  # type: ignore[method-assign]
+
+
+def _declares_model_first(init: Callable[..., None]) -> bool:
+    parameters = list(inspect.signature(init).parameters.values())[1:]  # after self
+    return bool(parameters) and parameters[0].name == "model" and parameters[0].kind in (
+        inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+def model_first(init: Callable[..., None]) -> Callable[..., None]:
+    """A strategy's ``__init__`` called as Avalanche's strategies are, except that the model may come first.
+
+    Avalanche's ``BaseTemplate`` wraps every strategy's ``__init__``: positional arguments warn
+    (``PositionalArgumentsDeprecatedWarning``) and are passed on as keywords, and an ``__init__``
+    that declares any positional parameter warns on every call. Here ``Strategy(model, **options)``
+    is the documented call, so this wrapper takes the wrapper's place: the model alone given by
+    position passes silently, and every positional argument after it gets Avalanche's own handling
+    (its warning, its mapping onto the keyword-only parameters in order).
+    """
+
+    @functools.wraps(init)
+    def init_model_first(self: Any, *args: Any, **kwargs: Any) -> None:
+        if len(args) > 1:
+            args, kwargs = _merge_legacy_positional_arguments(init, type(self).__name__, (self, *args), kwargs)
+            return init(*args, **kwargs)
+        return init(self, *args, **kwargs)
+
+    init_model_first.takes_model_first = True  # type: ignore[attr-defined]
+    return init_model_first
 
 
 class LoaderDefaults:

@@ -23,11 +23,10 @@ from torch import Tensor, nn
 
 from avalanche_color.config import LoaderOptions
 from avalanche_color.peers.lora_sum.model import LoRASumViT
-from avalanche_color.training.configured_strategy import model_first
 from avalanche_color.training.cosine_schedule import PerExperienceCosine
 from avalanche_color.training.data_checks import DataChecksPlugin
 from avalanche_color.training.distributed import wrap_current_expert
-from avalanche_color.training.strategy_parts import LoaderDefaults, ShardedEvaluation
+from avalanche_color.training.strategy_parts import LoaderDefaults, ModelFirst, ShardedEvaluation
 from avalanche_color.training.plugin_compatibility import refuse_incompatible_plugins
 from avalanche_color.utils.experiences import continues_experience, ends_experience
 
@@ -46,7 +45,7 @@ REFUSED_PLUGINS = {
 }
 
 
-class LoRASumTemplate(ShardedEvaluation, LoaderDefaults, PerExperienceCosine, SupervisedTemplate):
+class LoRASumTemplate(ModelFirst, ShardedEvaluation, LoaderDefaults, PerExperienceCosine, SupervisedTemplate):
     """A ``SupervisedTemplate`` for a :class:`LoRASumViT`, built from the method's config.
 
     Subclasses take the method's options as keyword arguments, build its config and call
@@ -56,12 +55,6 @@ class LoRASumTemplate(ShardedEvaluation, LoaderDefaults, PerExperienceCosine, Su
 
     model: LoRASumViT
     ddp_model: Optional[nn.Module] = None
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        init = cls.__init__
-        super().__init_subclass__(**kwargs)  # Avalanche's BaseTemplate wraps __init__: see model_first
-        # SDLoRA(vit, rank=...) as CoLoR(vit, rank=...): the model alone by position passes silently.
-        cls.__init__ = init if getattr(init, "takes_model_first", False) else model_first(init)  # type: ignore
 
     def __init__(self, *, model: LoRASumViT, config: Any, criterion: Optional[nn.Module],
                  device: Union[str, torch.device], plugins: Optional[Sequence[BasePlugin]],
