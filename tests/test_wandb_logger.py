@@ -239,3 +239,20 @@ def test_periodic_evaluations_during_training_fill_the_matrix_and_results_come_a
     table = logged_table(offline_run_file(offline_wandb), last, "AccuracyMatrix/test_stream")
     assert len(table) == 2 and [table[1][f"exp {j}"] for j in range(2)] == rows[1] == [
         final[f"Top1_Acc_Exp/eval_phase/test_stream/Task000/Exp{j:03d}"] for j in range(2)]
+
+
+def test_each_kind_of_metric_value_becomes_the_wandb_object_avalanches_logger_logs():
+    import numpy as np
+    import torch
+    import wandb
+    from avalanche.evaluation.metric_results import AlternativeValues, TensorImage
+
+    from avalanche_color.evaluation.wandb_values import wandb_value
+
+    image = Image.fromarray(np.zeros((4, 4, 3), dtype=np.uint8))
+    assert isinstance(wandb_value(wandb, image), wandb.Image)
+    assert isinstance(wandb_value(wandb, TensorImage(torch.zeros(3, 4, 4))), wandb.Image)
+    assert isinstance(wandb_value(wandb, torch.arange(10.0)), wandb.Histogram)
+    assert wandb_value(wandb, 0.5) == 0.5 and wandb_value(wandb, 3) == 3
+    assert wandb_value(wandb, "text") is None and wandb_value(wandb, None) is None
+    assert wandb_value(wandb, AlternativeValues("text", 0.25)) == 0.25  # the best value wandb supports

@@ -33,15 +33,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, List, Optional
 
-import numpy as np
-from avalanche.evaluation.metric_results import AlternativeValues, TensorImage
 from avalanche.logging import WandBLogger as AvalancheWandBLogger
-from PIL.Image import Image
-from torch import Tensor
 
 from avalanche_color.evaluation.accuracy_matrix import AccuracyMatrix
 from avalanche_color.evaluation.routing_accuracy import RoutingAccuracy
-from avalanche_color.evaluation.wandb_values import chart_types, matrix_values, results_values, strategy_options
+from avalanche_color.evaluation.wandb_values import matrix_values, results_values, strategy_options, wandb_value
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -204,26 +200,15 @@ class WandBLogger(AvalancheWandBLogger):
             if self.log_artifacts:
                 self._log_checkpoint(name, value, x_plot)
             return
-        from matplotlib.figure import Figure  # here: matplotlib is needed only once a metric is logged
-
-        charts = chart_types(self.wandb)
-        if isinstance(value, AlternativeValues):
-            value = value.best_supported_value(Image, Tensor, TensorImage, Figure, float, int, *charts)
+        value = wandb_value(self.wandb, value)
+        if value is None:
+            return  # strings, None, ...: skipped, as by Avalanche's logger
         if isinstance(value, float) and not math.isfinite(value):
             self.skipped_non_finite.add(name)  # see the class docstring
             return
         if isinstance(value, (float, int)) and not isinstance(value, bool):
             self._matrix_changed |= self.accuracy_matrix.observe(name, value)
-        if isinstance(value, Image):
-            self._log({name: self.wandb.Image(value)})
-        elif isinstance(value, TensorImage):
-            self._log({name: self.wandb.Image(value.image.detach().cpu().numpy())})
-        elif isinstance(value, Tensor):
-            histogram = np.histogram(value.detach().cpu().reshape(-1).numpy())
-            self._log({name: self.wandb.Histogram(np_histogram=histogram)})
-        elif isinstance(value, (float, int, Figure, *charts)):
-            self._log({name: value})
-        # Anything else (strings, None, ...) is skipped, as by Avalanche's logger.
+        self._log({name: value})
 
     def close(self) -> None:
         """Log the final results table, then finish the run if this logger started it."""

@@ -1,6 +1,6 @@
-"""What :class:`~avalanche_color.evaluation.wandb_logger.WandBLogger` puts in a W&B run beyond the
-metric values: the strategy's options for the run's config, and the tables and heatmap built from
-the :class:`~avalanche_color.evaluation.accuracy_matrix.AccuracyMatrix`.
+"""What :class:`~avalanche_color.evaluation.wandb_logger.WandBLogger` puts in a W&B run: each metric
+value as a W&B object, the strategy's options for the run's config, and the tables and heatmap
+built from the :class:`~avalanche_color.evaluation.accuracy_matrix.AccuracyMatrix`.
 
 The functions take the ``wandb`` module the logger imported, so that importing this module
 imports no wandb.
@@ -9,6 +9,11 @@ imports no wandb.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from avalanche.evaluation.metric_results import AlternativeValues, TensorImage
+from PIL.Image import Image
+from torch import Tensor
 
 from avalanche_color.evaluation.accuracy_matrix import AccuracyMatrix
 from avalanche_color.evaluation.heatmap import accuracy_heatmap
@@ -28,6 +33,27 @@ def chart_types(wandb: "ModuleType") -> tuple[type, ...]:
         if isinstance(cls, type) and cls not in found:
             found.append(cls)
     return tuple(found)
+
+
+def wandb_value(wandb: "ModuleType", value: Any) -> Any:
+    """An Avalanche metric value as W&B logs it, or None for what is not logged (strings, None, ...).
+
+    Of :class:`AlternativeValues`, the best this wandb supports; images and Avalanche's
+    ``TensorImage`` as ``wandb.Image``, other tensors as histograms; numbers, matplotlib figures
+    and W&B charts as they are.
+    """
+    from matplotlib.figure import Figure  # here: matplotlib is needed only once a metric is logged
+
+    charts = chart_types(wandb)
+    if isinstance(value, AlternativeValues):
+        value = value.best_supported_value(Image, Tensor, TensorImage, Figure, float, int, *charts)
+    if isinstance(value, Image):
+        return wandb.Image(value)
+    if isinstance(value, TensorImage):
+        return wandb.Image(value.image.detach().cpu().numpy())
+    if isinstance(value, Tensor):
+        return wandb.Histogram(np_histogram=np.histogram(value.detach().cpu().reshape(-1).numpy()))
+    return value if isinstance(value, (float, int, Figure, *charts)) else None
 
 
 def strategy_options(strategy: Any) -> dict[str, Any]:
