@@ -1,4 +1,5 @@
-"""Checks shared by test_sd_lora.py and test_inf_lora.py (two strategies on one adapted ViT, one head).
+"""Checks shared by SD-LoRA and InfLoRA, two strategies on one adapted ViT and one head
+(test_lora_sum.py runs them on each).
 
 Each function takes the strategy class and runs on tiny seeded ViTs and streams in seconds.
 """

@@ -1,35 +1,17 @@
-"""InfLoRA: branches designed outside earlier tasks' inputs, and the package's conventions (tiny ViTs, CPU)."""
+"""InfLoRA's own mechanics: branches designed outside earlier tasks' inputs (tiny ViTs, CPU; what it shares with
+SD-LoRA: test_lora_sum.py)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-import drop_in_cases
 from avalanche_color import InfLoRA, InfLoRAConfig, InfLoRAViT
 from avalanche_color.peers.inf_lora.subspace import ProtectedSubspace, input_covariances
-from lora_sum_cases import (check_the_runner_reports_what_the_first_experience_trains,
-                            check_bad_options_are_refused, check_dtype, check_loader_options_reach_every_loader,
-                            check_online_stream_with_task_boundaries,
-                            check_model_first_and_positional_warnings_as_avalanche, check_pretrained_round_trip,
-                            check_resume_equals_uninterrupted, check_signature_agrees_with_config,
-                            drop_in_accuracy, tiny, trained_counts)
-from lora_sum_torchrun import check_two_ranks_equal_one_process
+from lora_sum_cases import tiny, trained_counts
 from streams import class_stream
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def test_signature_agrees_with_config():
-    check_signature_agrees_with_config(InfLoRA, InfLoRAConfig)
-
-
-def test_bad_options_are_refused_by_name():
-    check_bad_options_are_refused(InfLoRA)
-    with pytest.raises(ValueError, match=r"threshold must be a number in \(0, 1\], got 1.5"):
-        InfLoRA(model=torch.nn.Identity(), threshold=1.5)
-    with pytest.raises(ValueError, match="final_threshold must be at least threshold=0.95, got final_threshold=0.9"):
-        InfLoRA(model=torch.nn.Identity(), final_threshold=0.9)
 
 
 def test_threshold_rises_as_the_codes_lamb_to_lame():
@@ -102,37 +84,6 @@ def test_trainable_parameters_per_experience_equal_the_formula():
     assert counts == [2 * depth * d * rank + (d + 1) * classes * (t + 1) for t in range(3)]
 
 
-def test_resume_after_a_crash_mid_experience_equals_the_uninterrupted_run(tmp_path):
-    check_resume_equals_uninterrupted(InfLoRA, tmp_path)
-
-
-def test_save_pretrained_from_pretrained_predicts_identically(tmp_path):
-    check_pretrained_round_trip(InfLoRA, InfLoRAViT, tmp_path)
-
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
-def test_backbone_dtype(dtype, tmp_path):
-    check_dtype(InfLoRA, dtype, tmp_path)
-
-
-@pytest.mark.parametrize("stream", list(drop_in_cases.STREAMS))
-def test_learns_every_stream_naive_runs(stream, tmp_path):
-    assert drop_in_accuracy(InfLoRA, stream, tmp_path) > drop_in_cases.LEARNED
-
-
-@pytest.mark.slow
-def test_two_processes_under_torchrun_equal_one_process(tmp_path):
-    check_two_ranks_equal_one_process(InfLoRA, tmp_path)
-
-
-def test_online_stream_with_task_boundaries_trains_one_component_per_experience(tmp_path):
-    check_online_stream_with_task_boundaries(InfLoRA, tmp_path)
-
-
-def test_the_model_comes_first_silently_later_positionals_warn_as_in_avalanche():
-    check_model_first_and_positional_warnings_as_avalanche(InfLoRA, InfLoRAViT)
-
-
 def test_frozen_branches_folded_into_the_weight_compute_what_the_low_rank_path_computes():
     from avalanche_color.peers.lora_sum.layer import LoRASumQKV, Mixing
 
@@ -151,11 +102,3 @@ def test_frozen_branches_folded_into_the_weight_compute_what_the_low_rank_path_c
     torch.testing.assert_close(merged, low_rank, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(merged[..., :16], base[..., :16])  # q is not adapted
     assert (merged[..., 16:] - base[..., 16:]).abs().max() > 0.1  # k and v are
-
-
-def test_loader_options_reach_every_loader(monkeypatch):
-    check_loader_options_reach_every_loader(InfLoRA, monkeypatch)
-
-
-def test_the_runner_reports_what_the_first_experience_trains():
-    check_the_runner_reports_what_the_first_experience_trains(InfLoRA)

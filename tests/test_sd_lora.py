@@ -1,33 +1,17 @@
-"""SD-LoRA: frozen directions, learning magnitudes, and the package's conventions (tiny ViTs, CPU, seconds)."""
+"""SD-LoRA's own mechanics: frozen directions, learning magnitudes (tiny ViTs, CPU, seconds; what it shares
+with InfLoRA: test_lora_sum.py)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-import drop_in_cases
-from avalanche_color import SDLoRA, SDLoRAConfig, SDLoRAViT
+from avalanche_color import SDLoRA
 from avalanche_color.peers.lora_sum.layer import direction_norm
-from lora_sum_cases import (check_the_runner_reports_what_the_first_experience_trains,
-                            check_bad_options_are_refused, check_dtype, check_loader_options_reach_every_loader,
-                            check_online_stream_with_task_boundaries,
-                            check_model_first_and_positional_warnings_as_avalanche, check_pretrained_round_trip,
-                            check_resume_equals_uninterrupted, check_signature_agrees_with_config,
-                            drop_in_accuracy, tiny, trained_counts)
-from lora_sum_torchrun import check_two_ranks_equal_one_process
+from lora_sum_cases import tiny, trained_counts
 from streams import class_stream
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def test_signature_agrees_with_config():
-    check_signature_agrees_with_config(SDLoRA, SDLoRAConfig)
-
-
-def test_bad_options_are_refused_by_name():
-    check_bad_options_are_refused(SDLoRA)
-    with pytest.raises(ValueError, match=r"direction_norm must be one of \('product', 'factors'\), got 'l2'"):
-        SDLoRA(model=torch.nn.Identity(), direction_norm="l2")
 
 
 def test_earlier_directions_stay_bit_identical_while_their_magnitudes_learn():
@@ -68,41 +52,6 @@ def test_trainable_parameters_per_experience_equal_the_formula():
     assert counts == [2 * depth * r * (d + d) + (t + 1) + (d + 1) * classes * (t + 1) for t, r in enumerate(ranks)]
 
 
-def test_resume_after_a_crash_mid_experience_equals_the_uninterrupted_run(tmp_path):
-    check_resume_equals_uninterrupted(SDLoRA, tmp_path)
-
-
-def test_save_pretrained_from_pretrained_predicts_identically(tmp_path):
-    check_pretrained_round_trip(SDLoRA, SDLoRAViT, tmp_path)
-
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
-def test_backbone_dtype(dtype, tmp_path):
-    check_dtype(SDLoRA, dtype, tmp_path)
-
-
-@pytest.mark.parametrize("stream", list(drop_in_cases.STREAMS))
-def test_learns_every_stream_naive_runs(stream, tmp_path):
-    assert drop_in_accuracy(SDLoRA, stream, tmp_path) > drop_in_cases.LEARNED
-
-
-@pytest.mark.slow
-def test_two_processes_under_torchrun_equal_one_process(tmp_path):
-    check_two_ranks_equal_one_process(SDLoRA, tmp_path)
-
-
-def test_online_stream_with_task_boundaries_trains_one_component_per_experience(tmp_path):
-    check_online_stream_with_task_boundaries(SDLoRA, tmp_path)
-
-
-def test_the_model_comes_first_silently_later_positionals_warn_as_in_avalanche():
-    check_model_first_and_positional_warnings_as_avalanche(SDLoRA, SDLoRAViT)
-
-
-def test_loader_options_reach_every_loader(monkeypatch):
-    check_loader_options_reach_every_loader(SDLoRA, monkeypatch)
-
-
 def test_what_trains_is_declared_not_read_back_from_requires_grad():
     # A user's model.requires_grad_(True) changes neither the computation nor what the optimiser gets.
     strategy = tiny(SDLoRA)
@@ -116,10 +65,6 @@ def test_what_trains_is_declared_not_read_back_from_requires_grad():
     model.requires_grad_(True)
     assert torch.equal(model(x), before)
     assert [id(p) for p in model.trainable_parameters()] == declared
-
-
-def test_the_runner_reports_what_the_first_experience_trains():
-    check_the_runner_reports_what_the_first_experience_trains(SDLoRA)
 
 
 def test_a_direction_finished_before_it_learned_adds_nothing_instead_of_nan():

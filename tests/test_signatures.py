@@ -17,9 +17,8 @@ import torch
 from avalanche.training import Naive
 from avalanche.training.templates.base import PositionalArgumentsDeprecatedWarning
 
-from avalanche_color import (L2P, CoLoR, CoLoRConfig, InfLoRA, InfLoRAConfig, L2PConfig, L2PModelOptions,
-                             LoRAExpertsPlugin, LoRAOptions, PromptOptions, PrototypeOptions, PrototypeRouterPlugin,
-                             SDLoRA, SDLoRAConfig, SPrompts, SPromptsConfig)
+from avalanche_color import (L2P, CoLoR, CoLoRConfig, L2PConfig, L2PModelOptions, LoRAExpertsPlugin, LoRAOptions,
+                             PromptOptions, PrototypeOptions, PrototypeRouterPlugin, SPrompts, SPromptsConfig)
 from avalanche_color import config as config_module
 from avalanche_color.config import LoaderOptions, Options
 from helpers import quiet_evaluator
@@ -51,22 +50,6 @@ def test_the_source_lists_every_option_of_the_config_with_its_default(strategy, 
     fields = {field.name: field.default for field in dataclasses.fields(config_class)}
     assert sorted(options) == sorted(fields)
     assert {name: ast.literal_eval(defaults[name]) for name in options} == fields
-
-
-@pytest.mark.parametrize("strategy, config_class", [(SDLoRA, SDLoRAConfig), (InfLoRA, InfLoRAConfig)])
-def test_the_lora_peers_list_every_option_of_their_config_with_its_default(strategy, config_class):
-    # SD-LoRA and InfLoRA take no config object: their keywords are the config's fields, then Avalanche's.
-    init = init_node(strategy)
-    assert [argument.arg for argument in init.args.args] == ["self", "model"]
-    keywords = [argument.arg for argument in init.args.kwonlyargs]
-    defaults = dict(zip(keywords, init.args.kw_defaults))
-    assert keywords[-len(AVALANCHE_KEYWORDS):] == AVALANCHE_KEYWORDS
-    options = keywords[:-len(AVALANCHE_KEYWORDS)]
-    fields = {field.name: field.default for field in dataclasses.fields(config_class)}
-    assert sorted(options) == sorted(fields)
-    assert {name: ast.literal_eval(defaults[name]) for name in options} == fields
-    hints, field_hints = typing.get_type_hints(strategy.__init__), typing.get_type_hints(config_class)
-    assert {name: hints[name] for name in options} == {name: field_hints[name] for name in options}
 
 
 @pytest.mark.parametrize("strategy, config_class", STRATEGIES)
