@@ -110,6 +110,12 @@ class Options:
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    @classmethod
+    def from_saved(cls: type[Config], options: dict[str, Any]) -> Config:
+        """``cls`` from the options a saved folder recorded (subclasses fill in what older folders lack,
+        with the value those folders' weights were made under)."""
+        return cls(**options)
+
 
 @dataclass(frozen=True, kw_only=True)
 class RoutingOptions(Options):

@@ -3,12 +3,19 @@ with InfLoRA: test_lora_sum.py)."""
 
 from __future__ import annotations
 
+import copy
+import json
+
 import pytest
 import torch
+from avalanche.core import SupervisedPlugin
+from timm.models.vision_transformer import VisionTransformer
+from torch import nn
 
 from avalanche_color import SDLoRA
-from avalanche_color.peers.lora_sum.layer import direction_norm
+from avalanche_color.peers.sd_lora.model import SDLoRAViT
 from lora_sum_cases import tiny, trained_counts
+from drop_in_cases import tiny_vit
 from streams import class_stream
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -29,18 +36,111 @@ def test_earlier_directions_stay_bit_identical_while_their_magnitudes_learn():
     assert strategy.model.finished.tolist() == [True, True, True]
 
 
-def test_a_finished_direction_is_normalised_and_scaled_by_its_magnitude():
-    strategy = tiny(SDLoRA)
-    stream = class_stream(num_experiences=2, per_class=8).train_stream
-    strategy.train(stream[0])
-    layer = strategy.model.layers[0]
-    mixing = strategy.model.mixing()
-    delta = layer.delta_weight(0, mixing)  # alpha_1 B A / ||B A||_F for q and v
-    alpha = strategy.model.magnitudes[0].detach()
-    torch.testing.assert_close(torch.linalg.matrix_norm(delta), alpha.expand(2))
-    component = layer.components[0]
-    torch.testing.assert_close(direction_norm(component.A[0], component.B[0], "product"),
-                               torch.linalg.matrix_norm(component.B[0] @ component.A[0]))
+PAPERS_READING = dict(direction_norm="product", normalise_when="finish", earlier_magnitudes="keep")
+
+
+def formula_logits(vit: VisionTransformer, model, x: torch.Tensor, *, normalised: list[bool],
+                   norm: str) -> torch.Tensor:
+    """The network written out from the authors' ``_LoRA_qkv_timm_train``, merged into a copy of ``vit``:
+    q and v of every block get ``alpha_i B_i A_i``, divided by ``||B_i|| ||A_i||`` (or, the paper's notation,
+    ``||B_i A_i||``) where ``normalised[i]``; then the one head over the classes trained so far."""
+    reference = copy.deepcopy(vit)
+    alphas = [m.detach() for m in model.magnitudes]
+    for block, layer in zip(reference.blocks, model.layers):
+        width = layer.width
+        weight = block.attn.qkv.weight.detach().clone()
+        for i, component in enumerate(layer.components):
+            for index, rows in ((0, slice(0, width)), (1, slice(2 * width, 3 * width))):  # q, v
+                A, B = component.A[index].detach(), component.B[index].detach()
+                update = alphas[i] * B @ A
+                if normalised[i]:
+                    scale = (torch.linalg.matrix_norm(B) * torch.linalg.matrix_norm(A) if norm == "factors"
+                             else torch.linalg.matrix_norm(B @ A))
+                    update = update / scale
+                weight[rows] += update
+        block.attn.qkv.weight = nn.Parameter(weight)
+    features = reference.forward_head(reference.forward_features(x), pre_logits=True)
+    logits = features @ model.head_weight.detach().T + model.head_bias.detach()
+    return logits.masked_fill(~model.trained_classes, float("-inf"))
+
+
+class FormulaCheck(SupervisedPlugin):
+    """The magnitudes each experience starts from, and how far the model is from the formula at the
+    start of each experience's training, after its first epoch (mid-experience) and after it."""
+
+    def __init__(self, vit: VisionTransformer, x: torch.Tensor, newest_normalised_after_finish: bool,
+                 norm: str) -> None:
+        super().__init__()
+        self.vit, self.x, self.newest, self.norm = vit, x, newest_normalised_after_finish, norm
+        self.starting_magnitudes: list[list[float]] = []
+        self.gaps: list[float] = []
+
+    def gap(self, model, normalised: list[bool]) -> float:
+        with torch.no_grad():
+            got = model(self.x)[:, : len(model.trained_classes)]
+            expected = formula_logits(self.vit, model, self.x, normalised=normalised, norm=self.norm)
+        assert torch.equal(torch.isinf(got), torch.isinf(expected))
+        return float((got - expected)[torch.isfinite(expected)].abs().max())
+
+    def earlier_normalised(self, model) -> list[bool]:
+        return [i < model.num_experts - 1 for i in range(model.num_experts)]
+
+    def before_training_exp(self, strategy, **kwargs):
+        self.starting_magnitudes.append([float(m.detach()) for m in strategy.model.magnitudes])
+        self.gaps.append(self.gap(strategy.model, self.earlier_normalised(strategy.model)))
+
+    def after_training_epoch(self, strategy, **kwargs):
+        if strategy.clock.train_exp_epochs == 1:
+            self.gaps.append(self.gap(strategy.model, self.earlier_normalised(strategy.model)))
+
+    def after_training_exp(self, strategy, **kwargs):
+        model = strategy.model.eval()
+        normalised = [True] * model.num_experts if self.newest else self.earlier_normalised(model)
+        self.gaps.append(self.gap(model, normalised))
+        model.train()
+
+
+@pytest.mark.parametrize("reading", ["code", "paper"])
+def test_the_trained_and_the_evaluated_network_are_the_formula(reading):
+    # The code (default): during experience t and at its evaluation,
+    #   W0 x + sum_{i<t} a_i B_i A_i x / (||B_i|| ||A_i||) + a_t B_t A_t x,
+    # every a_i restarting at 0.8 when experience t starts. The paper's reading (an option): every finished
+    # direction divided by ||B_i A_i|| as soon as it finishes, magnitudes continuing from their values.
+    options = {} if reading == "code" else PAPERS_READING
+    vit = tiny_vit(0).double()
+    stream = class_stream(num_experiences=3, per_class=8)
+    x = torch.stack([stream.test_stream[e].dataset[i][0] for e in range(3) for i in range(3)]).double()
+    check = FormulaCheck(vit, x, newest_normalised_after_finish=reading == "paper",
+                         norm="factors" if reading == "code" else "product")
+    strategy = tiny(SDLoRA, vit=copy.deepcopy(vit), plugins=[check], **options)
+    for experience in stream.train_stream:
+        strategy.train(experience)
+    assert len(check.gaps) == 9
+    assert max(check.gaps) < 1e-10, check.gaps
+    if reading == "code":
+        assert check.starting_magnitudes == [[0.8], [0.8, 0.8], [0.8, 0.8, 0.8]]
+    else:
+        assert check.starting_magnitudes[1][0] != 0.8 and check.starting_magnitudes[2][1] != 0.8  # kept
+
+
+def test_a_reloaded_model_scores_the_network_as_trained(tmp_path):
+    # The newest direction stays as trained after save and load; a folder saved before normalise_when
+    # existed (normalised when finished) keeps that meaning.
+    for options in ({}, PAPERS_READING):
+        strategy = tiny(SDLoRA, **options)
+        stream = class_stream(num_experiences=2, per_class=8)
+        for experience in stream.train_stream:
+            strategy.train(experience)
+        model = strategy.model.eval()
+        x = torch.stack([stream.test_stream[1].dataset[i][0] for i in range(4)])
+        folder = model.save_pretrained(tmp_path / str(len(options)))
+        if options:  # as an older version wrote it
+            config = json.loads((folder / "config.json").read_text())
+            del config["options"]["normalise_when"], config["options"]["earlier_magnitudes"]
+            (folder / "config.json").write_text(json.dumps(config))
+        loaded = SDLoRAViT.from_pretrained(folder, tiny_vit(0))
+        assert torch.equal(loaded(x), model(x))
+        assert loaded.config.normalise_when == ("finish" if options else "next_experience")
 
 
 def test_trainable_parameters_per_experience_equal_the_formula():
@@ -67,17 +167,20 @@ def test_what_trains_is_declared_not_read_back_from_requires_grad():
     assert [id(p) for p in model.trainable_parameters()] == declared
 
 
-def test_a_direction_finished_before_it_learned_adds_nothing_instead_of_nan():
-    # EarlyStoppingPlugin may restore an experience's first state (B = 0) and stop: the finished
-    # direction B A / ||B A|| is then 0 / 0; it must add nothing, not turn every logit into NaN.
-    strategy = tiny(SDLoRA)
+@pytest.mark.parametrize("options", [{}, PAPERS_READING], ids=["code", "paper"])
+def test_a_direction_finished_before_it_learned_adds_nothing_instead_of_nan(options):
+    # EarlyStoppingPlugin may restore an experience's first state (B = 0) and stop: the normalised
+    # direction B A / (||B|| ||A||) is then 0 / 0; it must add nothing, not turn every logit into NaN.
+    strategy = tiny(SDLoRA, **options)
     stream = class_stream(num_experiences=2, per_class=8)
     strategy.train(stream.train_stream[0])
     model = strategy.model.eval()
     x = torch.stack([stream.test_stream[0].dataset[i][0] for i in range(4)])
-    before = model(x)
     model.learn_classes([2, 3])  # a second component, B = 0, finished without any training
     model.finish_component()
+    before = model(x)
+    model.learn_classes([4, 5])  # a third: the code normalises the second now
+    model.finish_component()
     after = model(x)
-    assert torch.isfinite(after[:, :2]).all()
+    assert torch.isfinite(before[:, :2]).all() and torch.isfinite(after[:, :2]).all()
     torch.testing.assert_close(after[:, :2], before[:, :2])  # the unlearned direction changes nothing

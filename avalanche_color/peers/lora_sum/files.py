@@ -47,7 +47,7 @@ def load_folder(model_class: type[Model], folder: PathLike, backbone: nn.Module)
     if saved["model"] != model_class.__name__:
         raise ValueError(f"{folder} holds a {saved['model']}, not a {model_class.__name__}")
     options = {k: tuple(v) if isinstance(v, list) else v for k, v in saved["options"].items()}
-    model = model_class(backbone, model_class.config_class(**options))
+    model = model_class(backbone, model_class.config_class.from_saved(options))
     digest = backbone_fingerprint(model)
     if digest != saved["backbone"]:
         raise ValueError(f"{folder} does not fit this backbone: its components were trained on another one "

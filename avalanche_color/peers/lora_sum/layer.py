@@ -29,7 +29,7 @@ from avalanche_color.lora.qv_experts import QVLoRA
 
 Part = Literal["q", "k", "v"]
 PARTS: tuple[str, ...] = ("q", "k", "v")
-DirectionNorm = Literal["product", "factors"]
+DirectionNorm = Literal["factors", "product"]
 
 
 @dataclass(frozen=True)
@@ -39,14 +39,14 @@ class Mixing:
     Attributes:
         magnitudes: one scalar per component (SD-LoRA's alpha_i); None: every coefficient is 1 (InfLoRA).
         normalised: per component, whether its update is divided by its norm (SD-LoRA's finished directions).
-        norm: ``"product"``: ``||B A||_F`` (the SD-LoRA paper); ``"factors"``: ``||B||_F ||A||_F`` (its code).
+        norm: ``"factors"``: ``||B||_F ||A||_F`` (the SD-LoRA code); ``"product"``: ``||B A||_F`` (its paper).
         low_rank: the components that run low-rank, down and up (those whose A or B train: what their
             gradients need); the others are folded into the weight.
     """
 
     magnitudes: Optional[Sequence[Tensor]] = None
     normalised: Sequence[bool] = ()
-    norm: DirectionNorm = "product"
+    norm: DirectionNorm = "factors"
     low_rank: frozenset[int] = frozenset()
 
 

@@ -4,33 +4,49 @@ Defaults are the official code's Split CIFAR-100 run (WuYichen-97/SD-Lora-CL,
 ``exps/sdlora_c100.json`` with ``models/sdlora.py``): rank 10, SGD with momentum 0.9 at lr
 0.008 and no weight decay (``_train`` builds this optimiser whatever the json's ``optimizer``
 says; its MultiStepLR milestones lie past the 20 epochs, so the rate is constant),
-batch 128, 20 epochs; magnitudes start at 0.8 (``backbone/lora.py``).
+batch 128, 20 epochs; magnitudes start at 0.8 (``backbone/lora.py``). The directions' norm, when
+the newest one is normalised and what earlier magnitudes start from are the code's too
+(``_LoRA_qkv_timm_train`` and ``update_network``); the paper's reading of each is an option.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
 from avalanche_color.config import option
 from avalanche_color.peers.lora_sum.config import LoRASumTraining, Optimizer, Schedule
+from avalanche_color.peers.lora_sum.layer import DirectionNorm
 from avalanche_color.utils.checks import each, one_of, optional, positive, positive_int
 
-__all__ = ["DirectionNorm", "Optimizer", "SDLoRAConfig", "Schedule"]
+__all__ = ["DirectionNorm", "EarlierMagnitudes", "NormaliseWhen", "Optimizer", "SDLoRAConfig", "Schedule"]
 
-DirectionNorm = Literal["product", "factors"]
+NormaliseWhen = Literal["next_experience", "finish"]
+EarlierMagnitudes = Literal["restart", "keep"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class SDLoRAConfig(LoRASumTraining):
     """Every option of :class:`~avalanche_color.SDLoRA` (see its docstring for each one's meaning): its
-    directions', and the shared training group with the code's SGD at lr 0.008, constant."""
+    directions', and the shared training group with the code's SGD at lr 0.008, constant.
+
+    ``SDLoRAConfig(direction_norm="product", normalise_when="finish", earlier_magnitudes="keep")`` is the
+    paper's reading (and this package's SD-LoRA before 0.x: see the docs' fidelity page)."""
 
     rank: int = option(10, positive_int, expert_setting=True)
     rank_schedule: Optional[tuple[int, ...]] = option(None, optional(each(positive_int)), expert_setting=True)
     magnitude_init: float = option(0.8, positive)
-    direction_norm: DirectionNorm = option("product", one_of(("product", "factors")), expert_setting=True)
+    direction_norm: DirectionNorm = option("factors", one_of(("factors", "product")), expert_setting=True)
+    normalise_when: NormaliseWhen = option("next_experience", one_of(("next_experience", "finish")),
+                                           expert_setting=True)
+    earlier_magnitudes: EarlierMagnitudes = option("restart", one_of(("restart", "keep")))
     lr: float = option(8e-3, positive)
+
+    @classmethod
+    def from_saved(cls, options: dict[str, Any]) -> "SDLoRAConfig":
+        """A folder saved before ``normalise_when`` existed was trained, saved and evaluated with every
+        finished direction normalised: it keeps that meaning."""
+        return cls(**{"normalise_when": "finish", "earlier_magnitudes": "keep", **options})
 
     def rank_of(self, experience: int) -> int:
         """The rank of the component of the ``experience``-th component (SD-LoRA-RR with a schedule)."""

@@ -1,23 +1,22 @@
-"""SD-LoRA's model: W = W0 + sum_i alpha_i B_i A_i / ||B_i A_i||_F on q and v of every block.
+"""SD-LoRA's model: W = W0 + sum_{i<t} alpha_i B_i A_i / (||B_i||_F ||A_i||_F) + alpha_t B_t A_t on q and v.
 
 What comes from where (SD-LoRA paper, Wu et al. ICLR 2025, its method section; official code
-WuYichen-97/SD-Lora-CL, ``backbone/lora.py`` and ``models/sdlora.py``):
+WuYichen-97/SD-Lora-CL at 8bacded, ``backbone/lora.py`` and ``models/sdlora.py``):
 
 * LoRA on the query and value parts of every block's fused qkv (``LoRA_ViT_timm``:
   ``linear_a_q``/``linear_b_q`` and ``..._v``), rank 10 (``update_network``), A Kaiming-uniform
   and B zeros (``reset_parameters``), no alpha/r scaling: the magnitude scales.
 * One magnitude alpha_i per component, a scalar shared by all blocks and by q and v
   (``wrapped_param``/``wrapped_param_prev``), starting at 0.8.
-* The component being learned is ``alpha_t B_t A_t``, not normalised (the code's
-  ``_LoRA_qkv_timm_train``; with B starting at zero its norm is zero). Once its experience is
-  finished its direction is frozen and normalised per layer and part: ``B_i A_i / ||B_i A_i||_F``
-  (the paper's normalised direction; ``direction_norm="factors"`` divides by ``||B_i||_F ||A_i||_F``
-  as the code does). Every alpha, old and new, keeps learning in each later experience. So when an
-  experience ends, its update changes from ``alpha_t B_t A_t`` to ``alpha_t B_t A_t / ||B_t A_t||_F``
-  (one magnitude for all layers cannot keep every layer's scale); the code does the same.
-* Our choice where the code differs from the paper's description: the code rebuilds its model
-  for every task, so earlier magnitudes restart at 0.8; here they continue from their learned
-  values (the paper's "magnitudes keep learning").
+* The component being learned, and the newest one until the next experience starts, is
+  ``alpha_t B_t A_t``, not normalised (``_LoRA_qkv_timm_train``): the evaluation after experience t,
+  the last one included, scores the network as trained. Every earlier direction is frozen and
+  divided per layer and part by ``||B_i||_F ||A_i||_F``, the code's norm
+  (``direction_norm="product"``: ``||B_i A_i||_F``, the paper's notation;
+  ``normalise_when="finish"``: normalised as soon as its experience ends).
+* The code rebuilds its model when a task starts (``update_network``), so every earlier magnitude
+  restarts at 0.8 and learns again in each experience (``earlier_magnitudes="keep"``: they continue
+  from their learned values, the paper's "magnitudes keep learning").
 * SD-LoRA-RR (the paper's rank-reduction variant) is ``rank_schedule``: the code's commented
   schedule is ``(10, 10, 10, 10, 8, 8, 8, 8, 6)``. SD-LoRA-KD (folding a new direction into
   earlier ones by least squares) is not implemented.
@@ -54,14 +53,25 @@ class SDLoRAViT(LoRASumViT):
 
     def mixing(self) -> Mixing:
         training = self.training_component()
-        return Mixing(magnitudes=list(self.magnitudes), normalised=self.finished.tolist(),
+        return Mixing(magnitudes=list(self.magnitudes), normalised=self.normalised_components(),
                       norm=self.config.direction_norm, low_rank=frozenset(() if training is None else (training,)))
+
+    def normalised_components(self) -> list[bool]:
+        """Per component, whether its direction is divided by its norm: every one but the newest (the
+        code), or every finished one (``normalise_when="finish"``)."""
+        if self.config.normalise_when == "finish":
+            return self.finished.tolist()
+        return [i < self.num_experts - 1 for i in range(self.num_experts)]
 
     def next_rank(self) -> int:
         return self.config.rank_of(self.num_experts)
 
     def start_component(self, rank: int) -> None:
         super().start_component(rank)
+        if self.config.earlier_magnitudes == "restart":  # the code's new network for every task
+            with torch.no_grad():
+                for magnitude in self.magnitudes:
+                    magnitude.fill_(self.config.magnitude_init)
         weight = self.head_weight
         self.magnitudes.append(nn.Parameter(torch.full((), self.config.magnitude_init, dtype=weight.dtype,
                                                        device=weight.device)))

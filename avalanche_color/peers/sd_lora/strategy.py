@@ -20,17 +20,22 @@ from avalanche.training.plugins.evaluation import default_evaluator
 from torch import nn
 
 from avalanche_color.peers.lora_sum.strategy import LoRASumTemplate
-from avalanche_color.peers.sd_lora.config import DirectionNorm, Optimizer, Schedule, SDLoRAConfig
+from avalanche_color.peers.sd_lora.config import (DirectionNorm, EarlierMagnitudes, NormaliseWhen, Optimizer, Schedule,
+                                                  SDLoRAConfig)
 from avalanche_color.peers.sd_lora.model import SDLoRAViT
 
 
 class SDLoRA(LoRASumTemplate):
     """SD-LoRA on any timm ViT: frozen LoRA directions, magnitudes that keep learning, one classifier.
 
-    ``W = W0 + sum_i alpha_i B_i A_i / ||B_i A_i||_F`` on the query and value projections of every
-    block. Each training experience adds a direction (rank ``rank``) learned with its magnitude;
-    once the experience ends the direction is frozen (bit-identical from then on) while every
-    magnitude keeps learning. Defaults: the official code's Split CIFAR-100 run.
+    In experience t, and at the evaluation after it,
+    ``W = W0 + sum_{i<t} alpha_i B_i A_i / (||B_i||_F ||A_i||_F) + alpha_t B_t A_t`` on the query and
+    value projections of every block, as the authors' code computes. Each training experience adds
+    a direction (rank ``rank``) learned with its magnitude; once the experience ends the direction
+    is frozen (bit-identical from then on), and it is normalised when the next experience starts,
+    when every magnitude restarts at ``magnitude_init`` and learns again. Defaults: the official
+    code's Split CIFAR-100 run; the paper's reading is ``direction_norm="product",
+    normalise_when="finish", earlier_magnitudes="keep"``.
 
     Args:
         model: a timm ``VisionTransformer`` (the strategy adapts a copy; the given ViT is unchanged),
@@ -39,8 +44,14 @@ class SDLoRA(LoRASumTemplate):
         rank_schedule: SD-LoRA-RR: the rank of each experience's direction, the last repeated for later
             ones (the code's: ``(10, 10, 10, 10, 8, 8, 8, 8, 6)``); None: ``rank`` throughout.
         magnitude_init: each new magnitude's start (code: 0.8).
-        direction_norm: ``"product"`` divides a finished direction by ``||B A||_F`` (paper);
-            ``"factors"`` by ``||B||_F ||A||_F`` (code).
+        direction_norm: ``"factors"`` divides a frozen direction by ``||B||_F ||A||_F`` (code);
+            ``"product"`` by ``||B A||_F`` (the paper's notation).
+        normalise_when: ``"next_experience"``: the newest direction is normalised when the next
+            experience starts, so the evaluation after an experience scores the network as trained
+            (code); ``"finish"``: as soon as its experience ends, before that evaluation.
+        earlier_magnitudes: ``"restart"``: every earlier magnitude restarts at ``magnitude_init`` when an
+            experience starts (code: it rebuilds the network per task); ``"keep"``: they continue from
+            their learned values.
         optimizer: ``"sgd"`` (with ``momentum``, the code's) or ``"adam"`` (betas 0.9, 0.999).
         lr: learning rate (code: 0.008 on CIFAR-100, 0.01 on ImageNet-R).
         momentum: SGD momentum.
@@ -75,7 +86,9 @@ class SDLoRA(LoRASumTemplate):
         rank: int = 10,
         rank_schedule: Optional[tuple[int, ...]] = None,
         magnitude_init: float = 0.8,
-        direction_norm: DirectionNorm = "product",
+        direction_norm: DirectionNorm = "factors",
+        normalise_when: NormaliseWhen = "next_experience",
+        earlier_magnitudes: EarlierMagnitudes = "restart",
         optimizer: Optimizer = "sgd",
         lr: float = 8e-3,
         momentum: float = 0.9,
@@ -102,6 +115,6 @@ class SDLoRA(LoRASumTemplate):
             model = SDLoRAViT(model, config)
         elif model.config.expert_settings() != config.expert_settings():
             raise ValueError(f"model is an SDLoRAViT with its own settings {model.config.expert_settings()}; "
-                             f"give the same rank, rank_schedule and direction_norm, got {config.expert_settings()}")
+                             f"give the same rank, rank_schedule, direction_norm and normalise_when, got {config.expert_settings()}")
         super().__init__(model=model, config=config, criterion=criterion, device=device, plugins=plugins,
                          evaluator=evaluator, **kwargs)
