@@ -127,6 +127,8 @@ def run_method(planned: PlannedRun, benchmark, spec: BenchmarkSpec, backbone: Vi
             # the sample's test experience belongs to; where none does, there is nothing to count.
             "routing_accuracy": (weighted_mean(_per_experience(metrics, "RoutingAcc_Exp", count), test_sizes)
                                  if entry.prototypes and spec.paired_test_stream else None),
+            "lr": learning_rate(strategy, options),
+            "lr_chosen_by": entry.lr_chosen_by or None,
             "trainable_parameters_per_experience": trainable_parameters_per_experience(strategy,
                                                                                        benchmark.train_stream[0]),
             "wall_seconds": time.perf_counter() - wall,
@@ -163,6 +165,13 @@ def trainable_parameters_per_experience(strategy: Any, first_experience: Optiona
     if isinstance(strategy, L2P):
         return sum(p.numel() for p in model.trainable_parameters())
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def learning_rate(strategy: Any, options: dict[str, Any]) -> Optional[float]:
+    """The learning rate the method trained with: its options' or, where they leave it to the strategy, its
+    config's (None: nothing trains by gradient)."""
+    config = getattr(strategy, "config", None)
+    return options.get("lr", getattr(config, "lr", None))
 
 
 def slug(label: str) -> str:

@@ -77,6 +77,8 @@ class Method:
     stream; ``task_labels``: routes by task label (needs experience i to carry label i);
     ``distributed``: runs under torchrun; ``checkpoint``: its strategy saves and resumes with
     :func:`~avalanche_color.train_stream`'s checkpoints (after every experience, ``--checkpoint-epochs``).
+    ``lr_chosen_by``: how the method's learning rate was chosen, recorded beside it in every run's record
+    (empty: nothing trains by gradient).
     """
 
     name: str
@@ -89,6 +91,7 @@ class Method:
     task_labels: bool = False
     distributed: bool = False
     checkpoint: bool = False
+    lr_chosen_by: str = ""
 
 
 def _registry() -> dict[str, Method]:

@@ -45,11 +45,13 @@ def _strategy(template: str, masked: bool = False):
     return build
 
 
+LR_CHOICE = "--baseline-lr (default 0.01, one value for every fine-tuning baseline)"
+
 METHODS = (
-    Method("Naive", _options(), _strategy("Naive")),
-    Method("FT-masked", _options(), _strategy("Naive", masked=True)),
-    Method("EWC", _options(ewc_lambda=EWC_LAMBDA), _strategy("EWC")),
-    Method("LwF", _options(alpha=LWF_ALPHA, temperature=LWF_TEMPERATURE), _strategy("LwF")),
-    Method("Replay", _options(mem_size=REPLAY_MEMORY), _strategy("Replay")),
-    Method("Joint-FT", _options(), _strategy("JointTraining"), joint=True),
+    Method("Naive", _options(), _strategy("Naive"), lr_chosen_by=LR_CHOICE),
+    Method("FT-masked", _options(), _strategy("Naive", masked=True), lr_chosen_by=LR_CHOICE),
+    Method("EWC", _options(ewc_lambda=EWC_LAMBDA), _strategy("EWC"), lr_chosen_by=LR_CHOICE),
+    Method("LwF", _options(alpha=LWF_ALPHA, temperature=LWF_TEMPERATURE), _strategy("LwF"), lr_chosen_by=LR_CHOICE),
+    Method("Replay", _options(mem_size=REPLAY_MEMORY), _strategy("Replay"), lr_chosen_by=LR_CHOICE),
+    Method("Joint-FT", _options(), _strategy("JointTraining"), joint=True, lr_chosen_by=LR_CHOICE),
 )

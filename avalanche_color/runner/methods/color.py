@@ -10,6 +10,10 @@ from typing import Any
 from avalanche_color.runner.methods import Method, MethodRun
 
 
+COLOR_LR_CHOICE = ("--color-lr (default 0.05, set by hand for the runner's short budgets); --preset paper: "
+                   "the CoLoR paper's")
+
+
 def _color_options(routing: dict[str, str]):
     def options(run: MethodRun) -> dict[str, Any]:
         ridge = {"router_width": run.config.ridge_width} if routing.get("router") == "ridge" else {}
@@ -26,7 +30,7 @@ def _build_color(run: MethodRun, options: dict[str, Any]):
 
 def _variant(name: str, task_labels: bool = False, **routing: str) -> Method:
     return Method(name, _color_options(routing), _build_color, lora=True, prototypes=True, frozen_backbone=True,
-                  task_labels=task_labels, distributed=True, checkpoint=True)
+                  task_labels=task_labels, distributed=True, checkpoint=True, lr_chosen_by=COLOR_LR_CHOICE)
 
 
 def _joint_lora_options(run: MethodRun) -> dict[str, Any]:
@@ -57,5 +61,6 @@ METHODS = (
     _variant("CoLoR-ridge", routing_features="backbone", router="ridge"),
     _variant("CoLoR-gaussian", routing_features="backbone", router="gaussian"),
     _variant("CoLoR++-ridge", routing_features="first_expert", router="ridge"),
-    Method("Joint-LoRA", _joint_lora_options, _build_joint_lora, lora=True, joint=True),
+    Method("Joint-LoRA", _joint_lora_options, _build_joint_lora, lora=True, joint=True,
+           lr_chosen_by=COLOR_LR_CHOICE),
 )

@@ -31,6 +31,7 @@ def _build_l2p(run: MethodRun, options: dict[str, Any]):
 
 METHODS = (
     Method("S-Prompts", _s_prompts_options, _build_s_prompts, prototypes=True, frozen_backbone=True,
-           distributed=True),
-    Method("L2P", lambda run: dict(L2P_OPTIONS), _build_l2p, frozen_backbone=True),
+           distributed=True, lr_chosen_by="--color-lr, as CoLoR"),
+    Method("L2P", lambda run: dict(L2P_OPTIONS), _build_l2p, frozen_backbone=True,
+           lr_chosen_by="its paper's Adam lr 0.03 (its code also scales it by batch / 256: not done here)"),
 )
