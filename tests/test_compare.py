@@ -36,6 +36,9 @@ def test_runner_writes_every_result_and_log(tiny_backbone, tmp_path):
     assert runs["CoLoR-oracle"]["forgetting"] == pytest.approx(0.0)  # its experts never change
     assert runs["Naive"]["routing_accuracy"] is None
     assert runs["CoLoR"]["trainable_parameters_per_experience"] < runs["Naive"]["trainable_parameters_per_experience"]
+    # How each method's lr was chosen is recorded beside the value it trained with.
+    assert (runs["CoLoR"]["lr"], runs["Naive"]["lr"]) == (0.05, 0.01)
+    assert "--color-lr" in runs["CoLoR"]["lr_chosen_by"] and "--baseline-lr" in runs["Naive"]["lr_chosen_by"]
 
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["runs"] == json.loads(json.dumps(result["runs"]))

@@ -201,7 +201,7 @@ def test_the_committed_results_command_form_is_the_runners_command():
     assert config_from(parser().parse_args(argv), argv)[0].out == Path(results) / "digits_class"
 
 
-def test_the_lora_peers_take_their_codes_optimiser_settings_under_the_paper_preset():
+def test_sd_lora_takes_its_codes_lr_on_every_budget_and_inf_lora_under_the_paper_preset():
     from avalanche_color import InfLoRAConfig, SDLoRAConfig
     from avalanche_color.runner.config import RunConfig
     from avalanche_color.runner.methods import MethodRun, method
@@ -211,7 +211,9 @@ def test_the_lora_peers_take_their_codes_optimiser_settings_under_the_paper_pres
                         num_experiences=10)
         return method(name).options(run)
 
-    short, paper = options("SD-LoRA"), options("SD-LoRA", preset="paper")
-    assert short["lr"] == RunConfig(benchmark="split_cifar100").color_lr and "lr" not in paper
+    assert "lr" not in options("SD-LoRA") and "lr" not in options("SD-LoRA", preset="paper")
+    assert options("InfLoRA")["lr"] == 5e-3
     assert SDLoRAConfig().lr == 0.008 and InfLoRAConfig().lr == 5e-4  # what the strategies then use
     assert "lr" not in options("InfLoRA", preset="paper") and options("InfLoRA")["num_experiences"] == 10
+    assert all(method(name).lr_chosen_by for name in ("SD-LoRA", "InfLoRA", "CoLoR", "S-Prompts", "L2P", "EWC"))
+    assert not method("NCM").lr_chosen_by  # nothing trains by gradient
