@@ -184,3 +184,14 @@ def test_a_direction_finished_before_it_learned_adds_nothing_instead_of_nan(opti
     after = model(x)
     assert torch.isfinite(before[:, :2]).all() and torch.isfinite(after[:, :2]).all()
     torch.testing.assert_close(after[:, :2], before[:, :2])  # the unlearned direction changes nothing
+
+
+def test_new_head_rows_are_initialised_as_the_codes_simple_linear():
+    # SimpleLinear: kaiming_uniform_(nonlinearity="linear"), bound sqrt(3 / width); bias 0. nn.Linear's: 1 / sqrt(width).
+    width = 32
+    for head_init, bound, zero_bias in (("kaiming", (3 / width) ** 0.5, True), ("linear", width ** -0.5, False)):
+        model = tiny(SDLoRA, head_init=head_init).model
+        model.learn_classes(list(range(200)))
+        weight = model.head_weight.detach()
+        assert weight.abs().max() <= bound and weight.abs().max() > 0.95 * bound, head_init
+        assert bool((model.head_bias == 0).all()) == zero_bias

@@ -165,11 +165,17 @@ class LoRASumViT(DynamicModule):
     def next_rank(self) -> int:
         return int(self.config.rank)
 
+    def new_head_rows(self, width: int, count: int) -> nn.Linear:
+        """The head's rows for ``count`` new classes, initialised as the method's code does (here:
+        ``nn.Linear``'s default, InfLoRA's classifier; subclasses override)."""
+        return nn.Linear(width, count)
+
     def _grow(self, num_classes: int) -> None:
         extra = num_classes - self.head_weight.shape[0]
         if extra <= 0:
             return
-        fresh = nn.Linear(self.head_weight.shape[1], extra).to(self.device, self.head_weight.dtype)
+        fresh = self.new_head_rows(self.head_weight.shape[1], extra)
+        fresh = fresh.to(self.device, self.head_weight.dtype)
         self.head_weight = nn.Parameter(torch.cat((self.head_weight.detach(), fresh.weight.detach())))
         self.head_bias = nn.Parameter(torch.cat((self.head_bias.detach(), fresh.bias.detach())))
         grown = self.trained_classes.new_zeros(num_classes)

@@ -19,10 +19,11 @@ from avalanche_color.peers.lora_sum.config import LoRASumTraining, Optimizer, Sc
 from avalanche_color.peers.lora_sum.layer import DirectionNorm
 from avalanche_color.utils.checks import each, one_of, optional, positive, positive_int
 
-__all__ = ["DirectionNorm", "EarlierMagnitudes", "NormaliseWhen", "Optimizer", "SDLoRAConfig", "Schedule"]
+__all__ = ["DirectionNorm", "EarlierMagnitudes", "HeadInit", "NormaliseWhen", "Optimizer", "SDLoRAConfig", "Schedule"]
 
 NormaliseWhen = Literal["next_experience", "finish"]
 EarlierMagnitudes = Literal["restart", "keep"]
+HeadInit = Literal["kaiming", "linear"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,13 +41,14 @@ class SDLoRAConfig(LoRASumTraining):
     normalise_when: NormaliseWhen = option("next_experience", one_of(("next_experience", "finish")),
                                            expert_setting=True)
     earlier_magnitudes: EarlierMagnitudes = option("restart", one_of(("restart", "keep")))
+    head_init: HeadInit = option("kaiming", one_of(("kaiming", "linear")))
     lr: float = option(8e-3, positive)
 
     @classmethod
     def from_saved(cls, options: dict[str, Any]) -> "SDLoRAConfig":
         """A folder saved before ``normalise_when`` existed was trained, saved and evaluated with every
         finished direction normalised: it keeps that meaning."""
-        return cls(**{"normalise_when": "finish", "earlier_magnitudes": "keep", **options})
+        return cls(**{"normalise_when": "finish", "earlier_magnitudes": "keep", "head_init": "linear", **options})
 
     def rank_of(self, experience: int) -> int:
         """The rank of the component of the ``experience``-th component (SD-LoRA-RR with a schedule)."""

@@ -17,6 +17,9 @@ WuYichen-97/SD-Lora-CL at 8bacded, ``backbone/lora.py`` and ``models/sdlora.py``
 * The code rebuilds its model when a task starts (``update_network``), so every earlier magnitude
   restarts at 0.8 and learns again in each experience (``earlier_magnitudes="keep"``: they continue
   from their learned values, the paper's "magnitudes keep learning").
+* The one classifier grows per task, old rows kept (``IncrementalNet.update_fc``); new rows as the
+  code's ``SimpleLinear`` (``backbone/linears.py``): Kaiming-uniform weights with gain 1, zero bias
+  (``head_init="linear"``: ``nn.Linear``'s default).
 * SD-LoRA-RR (the paper's rank-reduction variant) is ``rank_schedule``: the code's commented
   schedule is ``(10, 10, 10, 10, 8, 8, 8, 8, 6)``. SD-LoRA-KD (folding a new direction into
   earlier ones by least squares) is not implemented.
@@ -80,6 +83,15 @@ class SDLoRAViT(LoRASumViT):
         """Its A and B in every layer, and the magnitude of every direction so far (all of them learn)."""
         factors = sum(p.numel() for layer in self.layers for p in layer.components[component].parameters())
         return factors + component + 1
+
+    def new_head_rows(self, width: int, count: int) -> nn.Linear:
+        """The code's ``SimpleLinear`` rows (``head_init="kaiming"``): weights Kaiming-uniform with gain 1,
+        bias zero; ``"linear"``: ``nn.Linear``'s default (weights 1/sqrt(3) as wide, a uniform bias)."""
+        rows = nn.Linear(width, count)
+        if self.config.head_init == "kaiming":
+            nn.init.kaiming_uniform_(rows.weight, nonlinearity="linear")
+            nn.init.zeros_(rows.bias)
+        return rows
 
     def trainable_parameters(self) -> Iterator[nn.Parameter]:
         """The head, every magnitude, and the current direction's A and B."""

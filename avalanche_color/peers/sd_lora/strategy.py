@@ -20,8 +20,8 @@ from avalanche.training.plugins.evaluation import default_evaluator
 from torch import nn
 
 from avalanche_color.peers.lora_sum.strategy import LoRASumTemplate
-from avalanche_color.peers.sd_lora.config import (DirectionNorm, EarlierMagnitudes, NormaliseWhen, Optimizer, Schedule,
-                                                  SDLoRAConfig)
+from avalanche_color.peers.sd_lora.config import (DirectionNorm, EarlierMagnitudes, HeadInit, NormaliseWhen, Optimizer,
+                                                  Schedule, SDLoRAConfig)
 from avalanche_color.peers.sd_lora.model import SDLoRAViT
 
 
@@ -52,6 +52,8 @@ class SDLoRA(LoRASumTemplate):
         earlier_magnitudes: ``"restart"``: every earlier magnitude restarts at ``magnitude_init`` when an
             experience starts (code: it rebuilds the network per task); ``"keep"``: they continue from
             their learned values.
+        head_init: the classifier's new rows: ``"kaiming"``, Kaiming-uniform weights (gain 1) and zero bias
+            (code: ``SimpleLinear``); ``"linear"``, ``nn.Linear``'s default.
         optimizer: ``"sgd"`` (with ``momentum``, the code's) or ``"adam"`` (betas 0.9, 0.999).
         lr: learning rate (code: 0.008 on CIFAR-100, 0.01 on ImageNet-R).
         momentum: SGD momentum.
@@ -89,6 +91,7 @@ class SDLoRA(LoRASumTemplate):
         direction_norm: DirectionNorm = "factors",
         normalise_when: NormaliseWhen = "next_experience",
         earlier_magnitudes: EarlierMagnitudes = "restart",
+        head_init: HeadInit = "kaiming",
         optimizer: Optimizer = "sgd",
         lr: float = 8e-3,
         momentum: float = 0.9,
