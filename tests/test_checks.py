@@ -5,8 +5,8 @@ import pytest
 from avalanche_color import CoLoRConfig
 from avalanche_color.runner import RunConfig
 from avalanche_color.runner.config import RunConfigError
-from avalanche_color.utils.checks import (boolean, each, fraction, integer, non_negative_int, one_of, optional,
-                                          positive, positive_int, require, subset_of)
+from avalanche_color.utils.checks import (boolean, each, fraction, integer, non_negative_int, one_of, open_fraction,
+                                          optional, positive, positive_int, require, subset_of)
 
 
 @pytest.mark.parametrize("check, good, bad", [
@@ -15,6 +15,7 @@ from avalanche_color.utils.checks import (boolean, each, fraction, integer, non_
     (non_negative_int, [0, 5], [-1, False, 0.5]),
     (positive, [1, 0.5, 1e-9], [0, -0.1, True, "1", float("nan")]),
     (fraction, [1, 0.5], [0, 1.5, True, float("nan")]),
+    (open_fraction, [0.5, 0.01], [0, 1, True, float("nan")]),
     (boolean, [True, False], [0, 1, "True", None]),
     (one_of(("sgd", "adam")), ["sgd", "adam"], ["SGD", None, 0]),
     (optional(positive_int), [None, 3], [0, "3"]),

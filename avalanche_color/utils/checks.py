@@ -59,6 +59,13 @@ def fraction(value: object) -> Optional[str]:
     return None
 
 
+def open_fraction(value: object) -> Optional[str]:
+    """A number in (0, 1): a part that leaves something on both sides."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+        return "must be a number in (0, 1)"
+    return None
+
+
 def boolean(value: object) -> Optional[str]:
     return None if isinstance(value, bool) else "must be True or False"
 
