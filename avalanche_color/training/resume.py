@@ -29,6 +29,7 @@ from avalanche_color.experts.model_state import (backbone_fingerprint, model_ext
 from avalanche_color.training.checkpoint import (Checkpoint, CheckpointError, check_fits, read_checkpoint,
                                                  read_header, write_checkpoint)
 from avalanche_color.utils.checks import positive_int, require
+from avalanche_color.utils.experiences import experience_classes
 from avalanche_color.utils.files import PathLike
 from avalanche_color.utils.rng import capture_rng, restore_rng
 
@@ -218,7 +219,7 @@ def train_stream(
                 for index, experience in enumerate(stream)]
     if any(p is plugin for p in strategy.plugins):
         raise ValueError("checkpoint must not already be one of the strategy's plugins: train_stream adds it")
-    stream_classes = [sorted(int(c) for c in e.classes_in_this_experience) for e in stream]
+    stream_classes = [experience_classes(e) for e in stream]  # also where a stream records no classes
     plugin.stream_classes = stream_classes
     if resume and plugin.path.exists():
         position = read_header(plugin.path)["experiences_done"]
