@@ -21,6 +21,7 @@ from avalanche_color.runner.provenance import config_record, provenance
 from avalanche_color.runner.report import markdown_table, summary_rows
 from avalanche_color.runner.results import write_results
 from avalanche_color.runner.run import build_stream, run_method
+from avalanche_color.runner.tuning import chosen, tune_learning_rates, tuning_record
 
 
 @dataclass
@@ -92,17 +93,22 @@ def run_comparison(config: RunConfig, progress: bool = True) -> dict[str, Any]:
     main_process = DistributedHelper.is_main_process  # True when not distributed
     out = config.output_folder
     attempt = start_attempt(out, ready.record, config.resume) if main_process else out / "attempt"
+    choices = (tune_learning_rates(config, ready, attempt, progress and main_process)
+               if config.tune is not None else {})
     runs = []
     with tqdm(total=len(ready.plan), desc=f"{config.benchmark}: runs", unit="run",
               disable=not (progress and main_process)) as bar:
         for planned in ready.plan:
             bar.set_postfix_str(f"{planned.label}, seed {planned.seed}")
             stream = ready.streams[(planned.seed, method(planned.method).task_labels)]
-            runs.append(run_method(planned, stream, ready.spec, ready.backbone, config, ready.device, attempt))
+            runs.append(run_method(planned, stream, ready.spec, ready.backbone, config, ready.device, attempt,
+                                   lr=chosen(choices, planned.method)))
             bar.update()
 
     result = {"config": config_record(config), "device": describe_machine(ready.device),
               "backbone": ready.record["backbone"], "code": ready.record["code"], "runs": runs}
+    if config.tune is not None:
+        result["tuning"] = tuning_record(config, choices)
     if DistributedHelper.is_distributed:
         result["world_size"] = DistributedHelper.world_size
     if not main_process:  # every rank holds the same results; rank 0 writes them

@@ -18,13 +18,14 @@ from avalanche_color.benchmarks.registry import BENCHMARKS
 from avalanche_color.runner.methods import METHODS, methods_allowed
 from avalanche_color.runner.presets import PRESETS, preset_settings
 from avalanche_color.utils.checks import (Check, anything, boolean, each, non_negative, non_negative_int, one_of,
-                                          optional, path, positive, positive_int, subset_of, text)
+                                          open_fraction, optional, path, positive, positive_int, subset_of, text)
 
 LOGGERS = ("text", "csv", "tensorboard")
 # The images' mean and std: the backbone's own (timm's pretrained_cfg), or ImageNet's, as
 # S-Prompts' code normalises (and so the paper's presets, see avalanche_color.runner.presets).
 NORMALISATIONS = ("backbone", "imagenet")
-DEFAULT_OUT = Path("runs")  # the output folders' parent, in the folder the command runs from
+DEFAULT_OUT = Path("runs")
+TUNABLE = ("lr",)  # what --tune chooses, for every method alike (avalanche_color.runner.tuning)  # the output folders' parent, in the folder the command runs from
 
 
 class RunConfigError(ValueError):
@@ -107,6 +108,15 @@ class RunConfig:
                                        subset_of(LOGGERS, allow_empty=True), choices=LOGGERS)
     wandb_project: Optional[str] = setting(None, "log every run to this W&B project", optional(text))
     wandb_entity: Optional[str] = setting(None, "the W&B entity (team or user) of --wandb-project", optional(text))
+    tune: Optional[str] = setting(
+        None, "choose each method's learning rate from --lr-grid by its average accuracy on a validation split "
+              "held out from the training experiences (seed 0, the same split for every method), then run "
+              "every seed with it (default: each method's own lr, see the results' lr_chosen_by)",
+        optional(one_of(TUNABLE)), choices=TUNABLE)
+    lr_grid: tuple[float, ...] = setting((1e-3, 3e-3, 1e-2, 3e-2, 1e-1), "the learning rates --tune lr tries, the "
+                                                                         "same for every method", each(positive))
+    held_out: float = setting(0.1, "the fraction of each class of each training experience --tune holds out for "
+                                    "validation", open_fraction)
     resume: bool = setting(False, "continue an interrupted comparison in the same folder from its checkpoints",
                            boolean)
     checkpoint_epochs: Optional[int] = setting(
@@ -134,7 +144,7 @@ class RunConfig:
         for name in ("data", "out"):  # paths may come as strings (notebooks, JSON configs)
             if isinstance(getattr(self, name), str):
                 object.__setattr__(self, name, Path(getattr(self, name)))
-        for name in ("methods", "seeds", "baseline_seeds", "ranks", "ks", "loggers"):
+        for name in ("methods", "seeds", "baseline_seeds", "ranks", "ks", "loggers", "lr_grid"):
             if isinstance(getattr(self, name), list):
                 object.__setattr__(self, name, tuple(getattr(self, name)))
         for spec in dataclasses.fields(self):

@@ -26,6 +26,9 @@ def check_distributed(config: RunConfig) -> None:
     if unsupported:
         raise RunConfigError("methods", config.methods, f"cannot hold {unsupported} under torchrun: with several "
                                                         f"processes they must be among {allowed}")
+    if config.tune is not None:
+        raise RunConfigError("tune", config.tune, "is not supported under torchrun: run the tuned comparison in one "
+                                                  "process")
     if config.resume:
         raise RunConfigError("resume", True, "is not supported under torchrun: run the interrupted comparison in "
                                              "one process")

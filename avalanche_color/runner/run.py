@@ -8,7 +8,7 @@ import re
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 from avalanche.distributed import DistributedHelper
 from avalanche.evaluation.metrics import accuracy_metrics, forgetting_metrics
@@ -28,8 +28,16 @@ from avalanche_color.runner.methods import MethodRun, method
 from avalanche_color.runner.plan import PlannedRun
 from avalanche_color.runner.report import forgetting, weighted_mean
 
-PER_EXPERIENCE = re.compile(r"^(?P<metric>\w+)/eval_phase/test_stream/Task\d+/Exp(?P<experience>\d+)$")
+# Task<t>/ is absent where the experiences declare no task labels (benchmark_from_datasets streams).
+PER_EXPERIENCE = re.compile(r"^(?P<metric>\w+)/eval_phase/test_stream/(?:Task\d+/)?Exp(?P<experience>\d+)$")
 EVAL_BATCH = 256
+
+
+class LearningRate(NamedTuple):
+    """A learning rate given to a run in place of its method's own, and how it was chosen."""
+
+    value: float
+    chosen_by: str
 
 
 def build_stream(spec: BenchmarkSpec, config: RunConfig, backbone: VisionTransformer, seed: int,
@@ -76,8 +84,9 @@ def build_method(name: str, config: RunConfig, backbone: Callable[[int], Any], n
 
 
 def run_method(planned: PlannedRun, benchmark, spec: BenchmarkSpec, backbone: VisionTransformer, config: RunConfig,
-               device: str, attempt: Path) -> dict[str, Any]:
-    """Trains and evaluates one planned run in the ``attempt`` folder; returns its record."""
+               device: str, attempt: Path, lr: Optional[LearningRate] = None) -> dict[str, Any]:
+    """Trains and evaluates one planned run in the ``attempt`` folder; returns its record. ``lr``: a learning
+    rate in place of the method's own (a tuned one)."""
     entry = method(planned.method)
     name = f"{slug(planned.label)}_seed{planned.seed}"
     record = attempt / "runs" / f"{name}.json"
@@ -92,6 +101,8 @@ def run_method(planned: PlannedRun, benchmark, spec: BenchmarkSpec, backbone: Vi
         # The method's options depend on the settings, rank and k alone: W&B records them as the run's config.
         options = entry.options(MethodRun(config, planned.rank, planned.k, spec.num_classes, with_head, {},
                                           num_experiences=len(benchmark.train_stream)))
+        if lr is not None:
+            options = {**options, "lr": lr.value}
         wandb = wandb_logger(config, planned, options, attempt) if main_process else None
         if wandb is not None:
             loggers.append(stack.enter_context(wandb))  # finished even if training fails
@@ -128,7 +139,7 @@ def run_method(planned: PlannedRun, benchmark, spec: BenchmarkSpec, backbone: Vi
             "routing_accuracy": (weighted_mean(_per_experience(metrics, "RoutingAcc_Exp", count), test_sizes)
                                  if entry.prototypes and spec.paired_test_stream else None),
             "lr": learning_rate(strategy, options),
-            "lr_chosen_by": entry.lr_chosen_by or None,
+            "lr_chosen_by": lr.chosen_by if lr is not None else entry.lr_chosen_by or None,
             "trainable_parameters_per_experience": trainable_parameters_per_experience(strategy,
                                                                                        benchmark.train_stream[0]),
             "wall_seconds": time.perf_counter() - wall,

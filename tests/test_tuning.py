@@ -1,0 +1,79 @@
+"""One tuning rule for every method: a validation split carved from the training experiences, and each
+method's lr chosen on it from one grid (tiny ViTs, digits streams, CPU, seconds)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from avalanche_color.benchmarks.validation import validation_benchmark
+from avalanche_color.runner import RunConfig, run_comparison
+from avalanche_color.runner.config import RunConfigError
+from streams import class_stream
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def images_and_labels(dataset) -> tuple[torch.Tensor, list[int]]:
+    samples = [dataset[i] for i in range(len(dataset))]
+    return torch.stack([s[0] for s in samples]), [int(s[1]) for s in samples]
+
+
+def test_the_validation_split_holds_out_part_of_every_class_and_nothing_twice():
+    benchmark = class_stream(num_experiences=2, per_class=10)
+    split = validation_benchmark(benchmark, held_out=0.2, seed=0)
+    assert len(split.train_stream) == len(split.test_stream) == 2
+    for original, kept, held in zip(benchmark.train_stream, split.train_stream, split.test_stream):
+        every, every_labels = images_and_labels(original.dataset)
+        train, train_labels = images_and_labels(kept.dataset)
+        validation, validation_labels = images_and_labels(held.dataset)
+        assert len(train) + len(validation) == len(every)
+        # each image once, in one part or the other: the two parts are the original, rearranged
+        together = torch.cat([train, validation]).flatten(1)
+        assert torch.equal(together[np.lexsort(together.T.numpy()[::-1])],
+                           every.flatten(1)[np.lexsort(every.flatten(1).T.numpy()[::-1])])
+        for label in set(every_labels):
+            assert validation_labels.count(label) == 2  # 20% of each class's 10
+        assert sorted(train_labels + validation_labels) == sorted(every_labels)
+    again = validation_benchmark(benchmark, held_out=0.2, seed=0)
+    assert torch.equal(images_and_labels(again.test_stream[1].dataset)[0],
+                       images_and_labels(split.test_stream[1].dataset)[0])  # the same split for every method
+    other = validation_benchmark(benchmark, held_out=0.2, seed=1)
+    assert not torch.equal(images_and_labels(other.test_stream[1].dataset)[0],
+                           images_and_labels(split.test_stream[1].dataset)[0])
+
+
+@pytest.mark.parametrize("held_out", [0, 1, 1.5, "0.1"])
+def test_a_held_out_fraction_outside_zero_to_one_is_refused_by_name(held_out):
+    with pytest.raises(ValueError, match=rf"held_out must be a number in \(0, 1\), got {held_out!r}"):
+        validation_benchmark(class_stream(), held_out=held_out)
+    with pytest.raises(RunConfigError, match="held_out must be a number in"):
+        RunConfig(benchmark="digits_class", held_out=held_out)
+
+
+def test_every_method_that_trains_takes_the_grid_lr_with_the_best_validation_accuracy(tiny_backbone, tmp_path):
+    config = RunConfig(benchmark="digits_class", methods=("CoLoR", "Naive", "NCM"), epochs=1, batch_size=64,
+                       backbone=tiny_backbone, out=tmp_path, ranks=(2,), loggers=(), tune="lr",
+                       lr_grid=(0.001, 0.1))
+    result = run_comparison(config, progress=False)
+    tuning = result["tuning"]
+    assert tuning["grid"] == [0.001, 0.1] and tuning["seed"] == 0 and "validation" in tuning["rule"]
+    assert sorted(tuning["choices"]) == ["CoLoR", "Naive"]  # NCM trains nothing by gradient
+    runs = {run["label"]: run for run in result["runs"]}
+    for name, choice in tuning["choices"].items():
+        trials = {float(lr): accuracy for lr, accuracy in choice["trials"].items()}
+        best = max(trials.values())
+        assert choice["lr"] == min(lr for lr, accuracy in trials.items() if accuracy == best)
+        assert runs[name]["lr"] == choice["lr"] and runs[name]["lr_chosen_by"].startswith("--tune lr")
+    assert runs["NCM"]["lr"] is None
+    assert json.loads((tmp_path / "results.json").read_text())["tuning"] == tuning
+
+
+def test_tuning_is_refused_under_torchrun():
+    from avalanche_color.runner.plan import check_distributed
+
+    with pytest.raises(RunConfigError, match="tune is not supported under torchrun"):
+        check_distributed(RunConfig(benchmark="digits_class", methods=("CoLoR",), tune="lr"))
