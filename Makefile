@@ -12,7 +12,8 @@ STAMP := $(VENV)/.installed
 
 .PHONY: main main-publish test perf benchmarks benchmarks-digits benchmarks-pacs benchmarks-tiny benchmarks-routing \
 	benchmarks-routing-tiny benchmarks-routing-small benchmarks-routing-pacs benchmarks-routing-digits \
-	benchmarks-lora-peers benchmarks-lora-peers-tiny benchmarks-lora-peers-small setup clean
+	benchmarks-lora-peers benchmarks-lora-peers-tiny benchmarks-lora-peers-small \
+	benchmarks-tuned benchmarks-tuned-tiny benchmarks-tuned-small setup clean
 
 MAIN := --methods CoLoR Naive EWC LwF Replay --epochs 5 --batch-size 32 --rank 16 --k 10 --loggers \
 	--seeds 0 1 2 3 4 --baseline-seeds 0 1 2 3 4
@@ -96,6 +97,20 @@ benchmarks-lora-peers-small: $(STAMP)
 	$(COMPARE) $(PACS) $(LORA_PEERS) --name pacs_lora_peers
 	$(COMPARE) --benchmark digits_class $(DIGITS_BUDGET) $(PROMPT_METHODS) --seeds 0 1 2 --resume --name digits_class_prompts
 	$(COMPARE) --benchmark digits_domain $(DIGITS_BUDGET) $(PROMPT_METHODS) --seeds 0 1 2 --resume --name digits_domain_prompts
+
+# One tuning rule for every method (--tune lr): CoLoR, the prompt peers and the LoRA peers, each at the lr
+# of one grid that scores best on a validation split of the training experiences (seed 0), then 3 seeds.
+# About 4.5 CPU hours; `make -j2 benchmarks-tuned` runs the two lanes side by side.
+TUNED := --methods CoLoR S-Prompts L2P SD-LoRA InfLoRA --tune lr --seeds 0 1 2 --resume
+benchmarks-tuned: benchmarks-tuned-tiny benchmarks-tuned-small
+
+benchmarks-tuned-tiny: $(STAMP)
+	$(COMPARE) $(TINY) $(TUNED) --name split_tiny_imagenet_tuned
+
+benchmarks-tuned-small: $(STAMP)
+	$(COMPARE) --benchmark digits_class $(DIGITS_BUDGET) $(TUNED) --name digits_class_tuned
+	$(COMPARE) --benchmark digits_domain $(DIGITS_BUDGET) $(TUNED) --name digits_domain_tuned
+	$(COMPARE) $(PACS) $(TUNED) --name pacs_tuned
 
 # Speed and memory ratios (benchmarks/results/perf.md); peft only as a point of comparison.
 perf: $(STAMP)

@@ -90,8 +90,10 @@ def test_prompts_of_the_wrong_width_are_refused():
 
 
 @torch.no_grad()
-def test_s_prompts_and_color_route_identically_given_the_same_prototypes():
-    color, s_prompts = ExpertViT(tiny_vit(), rank=2), PromptExpertViT(tiny_vit(), prompt_length=4)
+@pytest.mark.parametrize("distance", ["euclidean", "l1"])
+def test_s_prompts_and_color_route_identically_given_the_same_prototypes_and_distance(distance):
+    color = ExpertViT(tiny_vit(), rank=2, distance=distance)
+    s_prompts = PromptExpertViT(tiny_vit(), prompt_length=4, distance=distance)
     x = images(32)
     backbone = torch.nn.functional.normalize(color.features(x), dim=-1)
     prototypes = backbone[:9]  # samples 0..8 are prototypes: expert e owns samples 3e..3e+2
@@ -103,6 +105,12 @@ def test_s_prompts_and_color_route_identically_given_the_same_prototypes():
     assert torch.equal(s_prompts.route(x), routed)
     assert routed[:9].tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]  # each prototype's own sample goes to its owner
     assert torch.equal(routed, color.router(backbone))
+
+
+def test_s_prompts_routes_by_l1_as_its_code_and_color_by_euclidean_as_its_authors_renate_code():
+    assert PromptExpertViT(tiny_vit(), prompt_length=4).router.distance == "l1"
+    assert tiny_s_prompts().config.distance == "l1"
+    assert ExpertViT(tiny_vit(), rank=2).router.distance == "euclidean"
 
 
 def test_s_prompts_and_color_fit_the_same_prototypes_with_the_same_plugin():

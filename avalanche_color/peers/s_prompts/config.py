@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from avalanche_color.config import RoutedExpertsConfig, RoutingOptions, option
-from avalanche_color.utils.checks import non_negative_int, positive
+from avalanche_color.config import DISTANCES, Distance, RoutedExpertsConfig, RoutingOptions, option
+from avalanche_color.utils.checks import non_negative_int, one_of, positive
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -19,9 +19,12 @@ class PromptOptions(RoutingOptions):
 
     Attributes:
         prompt_length: tokens per expert (S-Prompts: 10); 0 leaves only the head.
+        distance: routing distance; L1 as S-Prompts' code (``methods/sprompt.py``), where CoLoR's
+            authors' code routes by Euclidean distance.
     """
 
     prompt_length: int = option(10, non_negative_int, expert_setting=True)
+    distance: Distance = option("l1", one_of(DISTANCES), expert_setting=True)
 
 
 @dataclass(frozen=True, kw_only=True)

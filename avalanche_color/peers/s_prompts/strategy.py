@@ -24,8 +24,8 @@ class SPrompts(RoutedExpertsTemplate):
     on the [CLS] feature. Everything else is CoLoR's, from the same code: SGD
     with a cosine schedule restarting per experience, k-means prototypes of the
     frozen backbone's features after each experience, nearest-prototype routing
-    per sample at evaluation (S-Prompts' own code used L1 distance; pass
-    ``distance="l1"`` for that).
+    per sample at evaluation, by L1 distance as S-Prompts' own code
+    (``distance="euclidean"``: CoLoR's).
 
     Defaults: prompt length 10, lr 0.01, SGD momentum 0.9, weight decay 2e-4, batch 128
     (S-Prompts' published configs); k 5 (S-Prompts' and the CoLoR paper's choice for
@@ -48,7 +48,7 @@ class SPrompts(RoutedExpertsTemplate):
         routing_features: RoutingFeatures = "backbone",
         router: Router = "prototypes",
         router_width: int = 2048,
-        distance: Distance = "euclidean",
+        distance: Distance = "l1",
         normalize_features: bool = True,
         cache_evaluation: bool = False,
         k: int = 5,
@@ -91,8 +91,8 @@ class SPrompts(RoutedExpertsTemplate):
                 prototype (S-Prompts); ``"oracle"``, the expert of the sample's task label;
                 ``"ridge"`` or ``"gaussian"``, class-level routers over (expert, class) pairs.
             router_width: the ridge router's random features M (its statistics: M² float64 numbers).
-            distance: between features and prototypes: ``"euclidean"``, ``"l1"`` (S-Prompts'
-                code) or ``"cosine"``.
+            distance: between features and prototypes: ``"l1"`` (S-Prompts' code), ``"euclidean"``
+                (CoLoR's) or ``"cosine"``.
             normalize_features: L2-normalise features before clustering and routing.
             cache_evaluation: reuse routing features and frozen experts' outputs across
                 evaluations (exact with deterministic transforms).
