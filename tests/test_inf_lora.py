@@ -3,8 +3,11 @@ SD-LoRA: test_lora_sum.py)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
+from avalanche.core import SupervisedPlugin
 
 from avalanche_color import InfLoRA, InfLoRAConfig, InfLoRAViT
 from avalanche_color.peers.inf_lora.subspace import ProtectedSubspace, input_covariances
@@ -102,3 +105,30 @@ def test_frozen_branches_folded_into_the_weight_compute_what_the_low_rank_path_c
     torch.testing.assert_close(merged, low_rank, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(merged[..., :16], base[..., :16])  # q is not adapted
     assert (merged[..., 16:] - base[..., 16:]).abs().max() > 0.1  # k and v are
+
+
+class LearningRates(SupervisedPlugin):
+    """The learning rate of every training iteration, by (experience, epoch)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: dict[tuple[int, int], set[float]] = {}
+
+    def before_training_iteration(self, strategy, **kwargs):
+        key = (strategy.clock.train_exp_counter, strategy.clock.train_exp_epochs)
+        self.seen.setdefault(key, set()).add(strategy.optimizer.param_groups[0]["lr"])
+
+
+def test_the_codes_epoch_cosine_holds_each_epochs_rate_and_ends_near_one_point_six_percent():
+    # InfLoRA's CosineSchedule: epoch e of E at lr cos(99 pi e / (200 (E - 1))), restarted per experience.
+    rates = LearningRates()
+    strategy = tiny(InfLoRA, lr_schedule="epoch_cosine", train_epochs=3, lr=0.01, plugins=[rates],
+                    num_experiences=2)
+    for experience in class_stream(num_experiences=2, per_class=20).train_stream:
+        strategy.train(experience)
+    expected = [0.01 * math.cos(99 * math.pi * e / 400) for e in range(3)]
+    for experience in range(2):
+        for epoch in range(3):
+            (rate,) = rates.seen[(experience, epoch)]  # one rate through the epoch
+            assert rate == pytest.approx(expected[epoch])
+    assert expected[-1] / 0.01 == pytest.approx(0.0157, abs=1e-4)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
-from torch.optim.lr_scheduler import CosineAnnealingLR
+from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, LRScheduler
 
 from avalanche_color.utils.experiences import origin_experience
 
@@ -15,14 +16,30 @@ class PerExperienceCosine:
     (``train_epochs`` x batches), stepping after every optimiser step. For a chunk of an online
     stream with task boundaries, that is over all chunks of its experience (as many as the first's)."""
 
-    lr_scheduler: Optional[CosineAnnealingLR] = None
+    lr_scheduler: Optional[LRScheduler] = None
 
     def restart_cosine(self) -> None:
+        self.lr_scheduler = CosineAnnealingLR(self.optimizer, T_max=self._experience_steps())  # type: ignore[attr-defined]
+
+    def restart_epoch_cosine(self) -> None:
+        """InfLoRA's code's ``CosineSchedule`` (``utils/schedulers.py``), stepped per epoch: epoch e of E
+        runs at ``lr cos(99 pi e / (200 (E - 1)))``, from lr down to about 1.6% of it in the last epoch
+        (one epoch: lr throughout)."""
+        epochs = self.train_epochs  # type: ignore[attr-defined]
+        per_epoch = max(self._experience_steps() // max(epochs, 1), 1)
+
+        def factor(step: int) -> float:
+            epoch = min(step // per_epoch, epochs - 1)
+            return math.cos(99 * math.pi * epoch / (200 * (epochs - 1))) if epochs > 1 else 1.0
+
+        self.lr_scheduler = LambdaLR(self.optimizer, factor)  # type: ignore[attr-defined]
+
+    def _experience_steps(self) -> int:
         steps = self.train_epochs * max(len(self.dataloader), 1)  # type: ignore[attr-defined]
         experience = self.experience  # type: ignore[attr-defined]
         if origin_experience(experience) is not experience:
             steps *= experience.sub_stream_length or 1
-        self.lr_scheduler = CosineAnnealingLR(self.optimizer, T_max=steps)  # type: ignore[attr-defined]
+        return steps
 
     def optimizer_step(self) -> None:
         super().optimizer_step()  # type: ignore[misc]

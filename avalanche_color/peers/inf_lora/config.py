@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from avalanche_color.config import option
-from avalanche_color.peers.lora_sum.config import LoRASumTraining, Optimizer, Schedule
+from avalanche_color.peers.lora_sum.config import SCHEDULES, LoRASumTraining, Optimizer, Schedule
 from avalanche_color.utils.checks import fraction, one_of, optional, positive, positive_int
 
 __all__ = ["InfLoRAConfig", "Optimizer", "Schedule"]
@@ -30,7 +30,7 @@ class InfLoRAConfig(LoRASumTraining):
     num_experiences: Optional[int] = option(None, optional(positive_int), expert_setting=True)
     optimizer: Optimizer = option("adam", one_of(("sgd", "adam")))
     lr: float = option(5e-4, positive)
-    lr_schedule: Schedule = option("cosine", one_of(("constant", "cosine")))
+    lr_schedule: Schedule = option("cosine", one_of(SCHEDULES))
 
     def _check_together(self) -> None:
         super()._check_together()

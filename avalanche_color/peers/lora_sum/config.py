@@ -14,7 +14,8 @@ from avalanche_color.config import LoaderOptions, TrainingOptions, option
 from avalanche_color.utils.checks import boolean, integer, non_negative, one_of, positive_int
 
 Optimizer = Literal["sgd", "adam"]
-Schedule = Literal["constant", "cosine"]
+Schedule = Literal["constant", "cosine", "epoch_cosine"]
+SCHEDULES: tuple[str, ...] = Schedule.__args__  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,7 +25,8 @@ class LoRASumTraining(LoaderOptions, TrainingOptions):
     Attributes:
         optimizer: ``"sgd"`` (with ``momentum``) or ``"adam"`` (betas 0.9, 0.999).
         momentum, weight_decay: the optimiser's.
-        lr_schedule: ``"constant"`` or ``"cosine"`` over each experience's steps.
+        lr_schedule: ``"constant"``, ``"cosine"`` over each experience's steps, or ``"epoch_cosine"``:
+            InfLoRA's code's per-epoch cosine, ending near 1.6% of lr.
         check_data: scan each training experience for bad samples before training on it.
         init_seed: seed of each new component's and head rows' initialisation, drawn apart from the
             global generators.
@@ -33,7 +35,7 @@ class LoRASumTraining(LoaderOptions, TrainingOptions):
     optimizer: Optimizer = option("sgd", one_of(("sgd", "adam")))
     momentum: float = option(0.9, non_negative)
     weight_decay: float = option(0.0, non_negative)
-    lr_schedule: Schedule = option("constant", one_of(("constant", "cosine")))
+    lr_schedule: Schedule = option("constant", one_of(SCHEDULES))
     train_epochs: int = option(20, positive_int)
     check_data: bool = option(True, boolean)
     init_seed: int = option(0, integer)

@@ -102,6 +102,8 @@ class LoRASumTemplate(ModelFirst, ShardedEvaluation, LoaderDefaults, PerExperien
                                               weight_decay=config.weight_decay)
         if config.lr_schedule == "cosine":
             self.restart_cosine()
+        elif config.lr_schedule == "epoch_cosine":
+            self.restart_epoch_cosine()
         else:
             self.lr_scheduler = None
 

@@ -58,8 +58,8 @@ class SDLoRA(LoRASumTemplate):
         lr: learning rate (code: 0.008 on CIFAR-100, 0.01 on ImageNet-R).
         momentum: SGD momentum.
         weight_decay: weight decay (code: none).
-        lr_schedule: ``"constant"`` (code: MultiStepLR milestones past the last epoch) or ``"cosine"``
-            over each experience's steps.
+        lr_schedule: ``"constant"`` (code: MultiStepLR milestones past the last epoch), ``"cosine"``
+            over each experience's steps, or ``"epoch_cosine"`` (InfLoRA's code's per-epoch cosine).
         train_mb_size: training mini-batch size (code: 128).
         train_epochs: epochs per experience (code: 20).
         eval_mb_size: evaluation mini-batch size.
