@@ -44,8 +44,8 @@ VARIANTS: dict[str, tuple[type, dict[str, dict[str, Any]]]] = {
         "both (its code)": dict(lr=5e-4, lr_schedule="epoch_cosine"),
     }),
     "S-Prompts": (SPrompts, {
-        "L1 routing (its code)": dict(distance="l1"),
-        "Euclidean routing (default)": {},
+        "L1 routing (its code, default)": {},
+        "Euclidean routing (CoLoR's)": dict(distance="euclidean"),
     }),
 }
 SHARED = {"SD-LoRA": lambda config: {}, "InfLoRA": lambda config: dict(lr=5e-3),
