@@ -3,6 +3,7 @@ SD-LoRA: test_lora_sum.py)."""
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -12,6 +13,7 @@ from avalanche.core import SupervisedPlugin
 from avalanche_color import InfLoRA, InfLoRAConfig, InfLoRAViT
 from avalanche_color.peers.inf_lora.subspace import ProtectedSubspace, input_covariances
 from lora_sum_cases import tiny, trained_counts
+from drop_in_cases import tiny_vit
 from streams import class_stream
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -132,3 +134,64 @@ def test_the_codes_epoch_cosine_holds_each_epochs_rate_and_ends_near_one_point_s
             (rate,) = rates.seen[(experience, epoch)]  # one rate through the epoch
             assert rate == pytest.approx(expected[epoch])
     assert expected[-1] / 0.01 == pytest.approx(0.0157, abs=1e-4)
+
+
+def inf_lora_formula_logits(vit, model, x: torch.Tensor) -> torch.Tensor:
+    """The network written out from the authors' ``Attention_LoRA``: k and v of every block get
+    ``sum_t B_t A_t`` (each branch's own B, one A for k and v), merged into a copy of ``vit``; one head."""
+    reference = copy.deepcopy(vit)
+    for block, layer in zip(reference.blocks, model.layers):
+        width = layer.width
+        weight = block.attn.qkv.weight.detach().clone()
+        for component in layer.components:
+            for index, rows in ((0, slice(width, 2 * width)), (1, slice(2 * width, 3 * width))):  # k, v
+                weight[rows] += component.B[index].detach() @ component.A[index].detach()
+        block.attn.qkv.weight = torch.nn.Parameter(weight)
+    features = reference.forward_head(reference.forward_features(x), pre_logits=True)
+    logits = features @ model.head_weight.detach().T + model.head_bias.detach()
+    return logits.masked_fill(~model.trained_classes, float("-inf"))
+
+
+class InfLoRAFormulaCheck(SupervisedPlugin):
+    """The gap to the formula after each experience's first epoch and after the experience."""
+
+    def __init__(self, vit, x: torch.Tensor) -> None:
+        super().__init__()
+        self.vit, self.x, self.gaps = vit, x, []
+
+    def gap(self, model) -> float:
+        with torch.no_grad():
+            got = model(self.x)[:, : len(model.trained_classes)]
+            expected = inf_lora_formula_logits(self.vit, model, self.x)
+        assert torch.equal(torch.isinf(got), torch.isinf(expected))
+        return float((got - expected)[torch.isfinite(expected)].abs().max())
+
+    def after_training_epoch(self, strategy, **kwargs):
+        if strategy.clock.train_exp_epochs == 1:
+            self.gaps.append(self.gap(strategy.model))
+
+    def after_training_exp(self, strategy, **kwargs):
+        self.gaps.append(self.gap(strategy.model.eval()))
+        strategy.model.train()
+
+
+def test_the_trained_and_the_evaluated_network_are_the_formula_and_the_first_a_is_the_codes_design():
+    # During and after every experience: W0 + sum_t B_t A_t on k and v (coefficient 1); the first A_0 of a
+    # layer spans the top-r left singular vectors of that layer's input sum x x^T over the experience's
+    # training tokens, scaled by 1/sqrt(3) (methods/inflora.py, task 0: U[:, :rank].T / sqrt(3)).
+    vit = tiny_vit(0).double()
+    stream = class_stream(num_experiences=3, per_class=8)
+    x = torch.stack([stream.test_stream[e].dataset[i][0] for e in range(3) for i in range(3)]).double()
+    check = InfLoRAFormulaCheck(vit, x)
+    strategy = tiny(InfLoRA, vit=copy.deepcopy(vit), plugins=[check], num_experiences=3, lr=0.01)
+    strategy.train(stream.train_stream[0])
+    images = torch.stack([sample[0] for sample in stream.train_stream[0].dataset]).double()
+    with torch.no_grad():
+        tokens = vit.norm_pre(vit._pos_embed(vit.patch_embed(images)))
+        inputs = vit.blocks[0].norm1(tokens).reshape(-1, tokens.shape[-1])
+    U = torch.linalg.svd(inputs.T @ inputs)[0][:, :2]  # rank 2
+    A = strategy.model.layers[0].components[0].A[0]
+    torch.testing.assert_close(A.T @ A, U @ U.T / 3)  # the same span and scale, whatever the signs
+    for experience in stream.train_stream[1:]:
+        strategy.train(experience)
+    assert len(check.gaps) == 6 and max(check.gaps) < 1e-10, check.gaps
