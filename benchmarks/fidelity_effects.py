@@ -3,10 +3,11 @@
     python -m benchmarks.fidelity_effects --method SD-LoRA --benchmark digits_class --seeds 0 1 2 \
         --epochs 5 --batch-size 32 --rank 16
 
-Trains the method as the package ships it (its authors' code's behaviour) and once per variant
-that restores one other reading (the paper's, or this package's earlier one), on the runner's
-streams and backbone, each seed, on one thread; prints average accuracy and forgetting after the
-last experience (mean ± std over seeds). The docs' fidelity page quotes these tables.
+Trains the method as the package ships it (its authors' code's behaviour; for L2P, Avalanche's
+port's) and once per variant that restores one other reading (the paper's, the authors' code's, or
+this package's earlier one), on the runner's streams and backbone, each seed, on one thread; prints
+average accuracy and forgetting after the last experience (mean ± std over seeds). The docs'
+fidelity page quotes these tables.
 """
 
 from __future__ import annotations
@@ -19,14 +20,16 @@ from typing import Any
 import torch
 from avalanche.training.determinism.rng_manager import RNGManager
 
-from avalanche_color import InfLoRA, SDLoRA, SPrompts, train_stream
+from avalanche_color import L2P, InfLoRA, SDLoRA, SPrompts, train_stream
 from avalanche_color.benchmarks.registry import benchmark_spec
 from avalanche_color.runner.backbones import load_backbone, with_head
 from avalanche_color.runner.config import RunConfig
+from avalanche_color.runner.methods.prompts import L2P_OPTIONS
 from avalanche_color.runner.report import forgetting, mean_and_spread, weighted_mean
 from avalanche_color.runner.run import EVAL_BATCH, _per_experience, build_stream, evaluator
 
 PAPERS_SD_LORA = dict(direction_norm="product", normalise_when="finish", earlier_magnitudes="keep")
+L2P_CODE = dict(grad_clip_norm=1.0, batchwise_selection="always", lr_batch_scaling=True)
 VARIANTS: dict[str, tuple[type, dict[str, dict[str, Any]]]] = {
     "SD-LoRA": (SDLoRA, {
         "as its code (default)": {},
@@ -47,9 +50,18 @@ VARIANTS: dict[str, tuple[type, dict[str, dict[str, Any]]]] = {
         "L1 routing (its code, default)": {},
         "Euclidean routing (CoLoR's)": dict(distance="euclidean"),
     }),
+    "L2P": (L2P, {
+        "as Avalanche's port (default)": {},
+        "grad norm clipped at 1.0 (code)": dict(grad_clip_norm=1.0),
+        "batchwise prompts, training and evaluation (code)": dict(batchwise_selection="always"),
+        "batchwise prompts, training only": dict(batchwise_selection="training"),
+        "lr x batch / 256 (code)": dict(lr_batch_scaling=True),
+        "all three (code)": L2P_CODE,
+    }),
 }
 SHARED = {"SD-LoRA": lambda config: {}, "InfLoRA": lambda config: dict(lr=5e-3),
-          "S-Prompts": lambda config: dict(lr=config.color_lr, prompt_length=10)}
+          "S-Prompts": lambda config: dict(lr=config.color_lr, prompt_length=10),
+          "L2P": lambda config: dict(L2P_OPTIONS)}  # the runner's: pool 10, length 5, top_n 5, lr 0.03
 
 
 def run_variant(strategy_class: type, options: dict[str, Any], config: RunConfig, seed: int) -> tuple[float, float]:
@@ -58,7 +70,7 @@ def run_variant(strategy_class: type, options: dict[str, Any], config: RunConfig
     benchmark = build_stream(spec, config, backbone, seed, task_labels=False)
     RNGManager.set_random_seeds(seed)
     rank = ({"rank": config.ranks[0]} if strategy_class in (SDLoRA, InfLoRA) else
-            {"k": (config.ks or (spec.k,))[0]})
+            {} if strategy_class is L2P else {"k": (config.ks or (spec.k,))[0]})
     if strategy_class is InfLoRA:
         rank["num_experiences"] = len(benchmark.train_stream)
     strategy = strategy_class(with_head(copy.deepcopy(backbone), 0), **rank, **options,

@@ -3,9 +3,14 @@
 Prompts enter a frozen ViT only as extra tokens: after the patch embedding and
 positional embedding, the prompts are inserted right behind the prefix tokens
 ([CLS] and any register tokens) and the sequence goes through the blocks.
-Prompts get no positional embedding (as in S-Prompts' and L2P's code), so the
-image tokens the blocks see are exactly the backbone's; the prompts act only
-through attention. With zero prompts the computation is the backbone's.
+Prompts get no positional embedding, so the image tokens the blocks see are
+exactly the backbone's; the prompts act only through attention. With zero
+prompts the computation is the backbone's. This is what S-Prompts' code and
+L2P's authors' code do (L2P's ``models/vit.py`` prepends the prompts inside its
+``Encoder``, after ``AddPositionEmbs`` added the positions of [CLS] and the
+patches); the PyTorch ports of L2P (l2p-pytorch, Avalanche's ``LearningToPrompt``)
+instead give every prompt token the [CLS] token's position embedding when they
+load pretrained weights (``resize_pos_embed`` in Avalanche's ``timm_vit.py``).
 
 Works for any timm ``VisionTransformer``: width, depth, image size and the
 number of prefix tokens are read from the model.

@@ -59,7 +59,8 @@ class L2PViT(DynamicModule):
 
     Per sample: the query is the frozen ViT's pooled ([CLS]) feature; the
     ``top_n`` prompts whose keys match it best (cosine) are inserted behind the
-    [CLS] token; the head reads the average of the outputs at the prompt
+    [CLS] token (with ``batchwise_selection``, the batch's most frequent ones for
+    every sample); the head reads the average of the outputs at the prompt
     positions (L2P's default) or the pooled feature. The pool and head are
     shared by all experiences. The head grows with the classes of each
     training experience; classes never trained get ``-inf``, and in training
@@ -70,7 +71,7 @@ class L2PViT(DynamicModule):
         config: :class:`~avalanche_color.config.L2PModelOptions` (or an
             :class:`~avalanche_color.config.L2PConfig`); keyword options
             (``pool_size``, ``prompt_length``, ``top_n``, ``head_input``,
-            ``class_masking``, ``prompt_init``) replace its fields.
+            ``class_masking``, ``prompt_init``, ``batchwise_selection``) replace its fields.
     """
 
     trained_classes: Tensor
@@ -150,11 +151,20 @@ class L2PViT(DynamicModule):
             return prompt_outputs(tokens, count, prefix).mean(dim=1)
         return self.backbone.forward_head(drop_prompts(tokens, count, prefix), pre_logits=True)
 
+    @property
+    def selects_batchwise(self) -> bool:
+        """Whether :meth:`select_prompts` gives the whole batch the same prompts now: with
+        ``batchwise_selection="always"``, or ``"training"`` while the model is in training mode."""
+        mode = self.config.batchwise_selection
+        return mode == "always" or mode == "training" and self.training
+
     def select_prompts(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Each sample's query (:meth:`query`) and the (batch, top_n) pool prompts whose keys match it best."""
+        """Each sample's query (:meth:`query`) and the (batch, top_n) pool prompts whose keys match it
+        best, or, when :attr:`selects_batchwise`, those the batch's samples chose most often, for all
+        (:func:`~avalanche_color.peers.l2p.prompt_pool.majority_selection`)."""
         x = backbone_images(self.backbone, x)
         query = self.query(x)
-        return query, self.pool.select(query, self.config.top_n)
+        return query, self.pool.select(query, self.config.top_n, batchwise=self.selects_batchwise)
 
     def forward(self, x: Tensor, selection: Optional[Tensor] = None) -> Tensor:
         """Global-class logits with ``selection``, (batch, top_n) pool prompt indices, or, when None,

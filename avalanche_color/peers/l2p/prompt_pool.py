@@ -1,4 +1,4 @@
-"""L2P's prompt pool: prompts with keys, chosen per sample by how well the keys match a query."""
+"""L2P's prompt pool: prompts with keys, chosen per sample (or per batch) by how well the keys match a query."""
 
 from __future__ import annotations
 
@@ -16,15 +16,15 @@ class PromptPool(nn.Module):
     A sample's query (the frozen ViT's [CLS] feature) picks the ``top_n``
     prompts whose keys are most cosine-similar to it; the surrogate loss pulls
     the chosen keys towards their queries (L2P, Wang et al., CVPR 2022, Eq. 5).
-    Keys start uniform in [-1, 1], as in L2P's code.
+    Keys start uniform in [-1, 1], as in Avalanche's port (L2P's code: [0, 0.01)).
 
     Args:
         pool_size: M, the number of prompts.
         prompt_length: L_p, tokens per prompt.
         width: token width of the ViT (prompts) and width of its queries (keys).
         key_width: width of the queries, if it differs from ``width``.
-        prompt_init: prompts start ``"uniform"`` in [-1, 1] (L2P's default) or at
-            ``"zero"`` (L2P's other option; the prompt outputs then start as
+        prompt_init: prompts start ``"uniform"`` in [-1, 1] (Avalanche's port's default) or at
+            ``"zero"`` (the port's other option; the prompt outputs then start as
             image-driven as the [CLS] output, which helps small, untrained ViTs).
     """
 
@@ -48,9 +48,11 @@ class PromptPool(nn.Module):
         """(batch, M) cosine similarity of each query (batch, width) to each key."""
         return nn.functional.normalize(query, dim=-1) @ nn.functional.normalize(self.keys, dim=-1).T
 
-    def select(self, query: Tensor, top_n: int) -> Tensor:
-        """(batch, top_n) indices of the best-matching keys per query, best first."""
-        return self.similarity(query.detach()).topk(top_n, dim=1).indices
+    def select(self, query: Tensor, top_n: int, *, batchwise: bool = False) -> Tensor:
+        """(batch, top_n) indices of the best-matching keys per query, best first; with ``batchwise``,
+        the batch's :func:`majority_selection` for every sample."""
+        selection = self.similarity(query.detach()).topk(top_n, dim=1).indices
+        return majority_selection(selection, self.pool_size) if batchwise else selection
 
     def selected_prompts(self, selection: Tensor) -> Tensor:
         """(batch, top_n * prompt_length, width): the selected prompts, concatenated in selection order."""
@@ -63,3 +65,22 @@ class PromptPool(nn.Module):
         """
         chosen = self.similarity(query.detach()).gather(1, selection)
         return (1 - chosen).sum(dim=1).mean()
+
+
+def majority_selection(selection: Tensor, pool_size: int) -> Tensor:
+    """The ``top_n`` prompts a batch's samples chose most often, for every sample of the batch.
+
+    L2P's code's ``batchwise_prompt`` (``models/prompt.py``, ``Prompt.__call__``): ``jnp.unique``
+    counts the ids in the batch's (batch, top_n) ``selection`` and ``jax.lax.top_k`` takes the
+    ``top_n`` largest counts, the lower id first among equal counts.
+
+    Args:
+        selection: (batch, top_n) prompt indices chosen per sample.
+        pool_size: the number of prompts in the pool.
+
+    Returns:
+        (batch, top_n): the same ``top_n`` indices in every row, the most often chosen first.
+    """
+    counts = torch.bincount(selection.flatten(), minlength=pool_size)
+    majority = counts.sort(descending=True, stable=True).indices[: selection.shape[1]]
+    return majority.unsqueeze(0).expand(selection.shape[0], -1)

@@ -18,7 +18,7 @@ from avalanche.training.plugins import EvaluationPlugin
 from avalanche.training.plugins.evaluation import default_evaluator
 from torch import Tensor, nn
 
-from avalanche_color.peers.l2p.config import HeadInput, L2PConfig, L2PModelOptions, PromptInit
+from avalanche_color.peers.l2p.config import BatchwiseSelection, HeadInput, L2PConfig, L2PModelOptions, PromptInit
 from avalanche_color.peers.l2p.model import L2PViT
 from avalanche_color.training.configured_strategy import ConfiguredStrategy
 from avalanche_color.training.plugin_compatibility import L2P_TABLE
@@ -37,8 +37,12 @@ class L2P(ConfiguredStrategy):
 
     Defaults from the L2P paper: M=10 prompts of L_p=5 tokens, N=5 chosen, Adam (betas 0.9,
     0.999) with constant lr 0.03, batch 128, 5 epochs (Split CIFAR-100); the surrogate weight
-    0.1 is the L2P code's ``pull_constraint_coeff``. Every option is a field of
-    :class:`~avalanche_color.peers.l2p.config.L2PConfig` with the same default.
+    0.1 is Avalanche's port's ``sim_coefficient``. With the defaults it trains as Avalanche's
+    ``LearningToPrompt`` does (given the same ViT, pool and head, and no position embedding for the
+    prompts, a test gets the same logits; at evaluation ours gives classes never trained ``-inf``);
+    three options restore what L2P's authors' code (google-research/l2p) does besides:
+    ``grad_clip_norm=1.0``, ``batchwise_selection="always"``, ``lr_batch_scaling=True``. Every
+    option is a field of :class:`~avalanche_color.peers.l2p.config.L2PConfig` with the same default.
     """
 
     model: L2PViT
@@ -64,8 +68,11 @@ class L2P(ConfiguredStrategy):
         head_input: HeadInput = "prompts",
         class_masking: bool = True,
         prompt_init: PromptInit = "uniform",
+        batchwise_selection: BatchwiseSelection = "never",
         surrogate_weight: float = 0.1,
         lr: float = 0.03,
+        lr_batch_scaling: bool = False,
+        grad_clip_norm: Optional[float] = None,
         train_mb_size: int = 128,
         train_epochs: int = 5,
         eval_mb_size: int = 128,
@@ -93,9 +100,21 @@ class L2P(ConfiguredStrategy):
             head_input: ``"prompts"`` (mean of the prompt positions' outputs, L2P) or
                 ``"pooled"`` (the ViT's own pooled feature with prompts in the sequence).
             class_masking: in training, mask the logits of classes outside the current experience.
-            prompt_init: ``"uniform"`` in [-1, 1] (L2P's default) or ``"zero"``.
+            prompt_init: ``"uniform"`` in [-1, 1] (Avalanche's port; L2P's code draws from
+                flax's ``uniform()``, [0, 0.01)) or ``"zero"``.
+            batchwise_selection: ``"never"``: each sample uses its own ``top_n`` prompts
+                (Avalanche's port's default); ``"always"``: every sample of a batch uses the
+                ``top_n`` prompts the batch's samples chose most often (ties: the lower index), in
+                training and at evaluation, as L2P's code (``batchwise_prompt=True``,
+                models/prompt.py); ``"training"``: batchwise in training, per sample at evaluation.
             surrogate_weight: lambda, the weight of the key-query surrogate loss.
             lr: Adam's learning rate (constant).
+            lr_batch_scaling: Adam runs with ``lr * train_mb_size / 256``, as L2P's code scales its
+                learning rate by its global batch / 256 (train_continual.py); False: ``lr``.
+            grad_clip_norm: before each update, scale the gradients of the trained parameters (pool
+                and head) so that their global L2 norm is at most this, as L2P's code
+                (``grad_clip_max_norm=1.0``, train_continual.py ``train_step``; its norm also counts
+                the frozen ViT's gradients, which it computes); None: no clipping.
             train_mb_size: training mini-batch size.
             train_epochs: epochs per experience.
             eval_mb_size: evaluation mini-batch size.
@@ -119,7 +138,7 @@ class L2P(ConfiguredStrategy):
 
     def first_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         # Replaced by make_optimizer before each experience, once the head covers its classes.
-        return torch.optim.Adam(model.pool.parameters(), lr=self.config.lr)
+        return torch.optim.Adam(model.pool.parameters(), lr=self.config.adam_lr)
 
     def check_model_and_optimizer(self, **kwargs: Any) -> None:
         # The head grows in the model adaptation, so the optimiser comes after it; the
@@ -129,9 +148,18 @@ class L2P(ConfiguredStrategy):
             self.make_optimizer(**kwargs)
 
     def make_optimizer(self, **kwargs: Any) -> None:
-        """A fresh Adam over the pool and the head (state reset per experience, as L2P's code)."""
-        self.optimizer = torch.optim.Adam(list(self.model.trainable_parameters()), lr=self.config.lr,
+        """A fresh Adam over the pool and the head (state reset per experience, as L2P's code), at
+        ``config.adam_lr`` (``lr``, scaled by ``train_mb_size / 256`` with ``lr_batch_scaling``)."""
+        self.optimizer = torch.optim.Adam(list(self.model.trainable_parameters()), lr=self.config.adam_lr,
                                           betas=(0.9, 0.999))
+
+    def optimizer_step(self) -> None:
+        """Adam's step; with ``grad_clip_norm``, first the gradients of the parameters it updates are
+        scaled by ``min(1, grad_clip_norm / (norm + 1e-6))``, their global L2 norm (L2P's code's rule)."""
+        if self.config.grad_clip_norm is not None:
+            trained = [p for group in self.optimizer.param_groups for p in group["params"]]
+            nn.utils.clip_grad_norm_(trained, self.config.grad_clip_norm)
+        super().optimizer_step()
 
     def forward(self) -> Tensor:
         """Training: select each sample's prompts (kept for the surrogate loss), then predict with them."""
