@@ -2,6 +2,7 @@
 
     python -m benchmarks.perf                      # ViT-B/16 shape, CPU (CUDA when present)
     python -m benchmarks.perf --device cuda --batch-size 64 --bf16 --out benchmarks/results/perf-cuda.md
+    python -m benchmarks.perf --only memory        # only the memory-growth section, replaced in --out
 
 Everything runs in this one process on the same inputs. Timings are
 interleaved: after a warm-up round, each of ``--rounds`` rounds runs every
@@ -25,18 +26,24 @@ Printed and written as a markdown table:
 * loader / step = images per second of a training data loader (JPEG photos decoded, RandomResizedCrop,
   flip, normalise, with ``--loader-workers`` worker processes) / images per second of the CoLoR
   training step: below 1 the accelerator waits for the data
+* training memory against experiences learned (``--memory-experiences``, 1, 10 and 50 by default), on
+  ``--memory-model`` (ViT-S/16 by default: 50 InfLoRA experiences take minutes on a CPU): for CoLoR, S-Prompts,
+  L2P, SD-LoRA and InfLoRA, the learned state plus one training step of experience t, and the state stored
+  after it (:mod:`benchmarks.perf.memory_growth`); a section of its own, which ``--only memory`` measures
+  alone and replaces in ``--out``
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-import platform
-import shlex
+import sys
+import time
 import warnings
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from functools import partial
 from pathlib import Path
+from typing import Callable
 
 import timm
 import torch
@@ -45,9 +52,13 @@ from torch import nn
 
 from avalanche_color import CoLoRConfig, InfLoRAConfig, InfLoRAViT, SDLoRAConfig, SDLoRAViT, fit_prototypes
 from avalanche_color.routing.class_router import ClassRouter
+from benchmarks.perf.learners import learners, settings
+from benchmarks.perf.memory import training_memory
+from benchmarks.perf.memory_growth import measure_growth, section
+from benchmarks.perf.report import command_line, machine, replace_section
 from benchmarks.perf.timing import Spread, Variant, interleaved, per_round, seconds
 from benchmarks.perf.workloads import (PHOTO_SIZE, JPEGDataset, build_color, build_lora_sum, jpeg_photos, load_epoch,
-                                       paper_train_transform, peft_adapters, training_loader, training_memory)
+                                       paper_train_transform, peft_adapters, training_loader)
 
 RESULTS = Path(__file__).parents[1] / "results"
 CLASSES = 10  # per expert
@@ -92,8 +103,35 @@ def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
                         help="comma-separated DataLoader worker counts for the loader rows ('' for none)")
     parser.add_argument("--loader-batches", type=int, default=8,
                         help="batches (of --batch-size) per timed loader epoch")
+    parser.add_argument("--memory-experiences", default="1,10,50",
+                        help="comma-separated numbers of experiences learned for the memory rows ('' for none)")
+    parser.add_argument("--memory-model", default="vit_small_patch16_224",
+                        help="timm model name of the memory rows (random weights)")
+    parser.add_argument("--only", choices=("memory",), default=None,
+                        help="'memory': only the memory rows, their section replaced in --out (the rest kept)")
     parser.add_argument("--out", type=Path, default=RESULTS / "perf.md")
     return parser, parser.parse_args()
+
+
+def memory_rows(parser: argparse.ArgumentParser, args: argparse.Namespace, counts: list[int],
+                device: torch.device, precision: Callable[[], AbstractContextManager]) -> str:
+    """The memory-growth section on ``--memory-model``: every method through ``max(counts)`` experiences."""
+    def make_vit() -> nn.Module:
+        torch.manual_seed(0)  # every method on the same backbone, whichever methods ran before
+        return timm.create_model(args.memory_model, pretrained=False, num_classes=0)
+
+    vit = make_vit()
+    x = torch.randn(args.batch_size, 3, *vit.patch_embed.img_size, generator=torch.Generator().manual_seed(0))
+    measurements = []
+    for name, make_learner in learners(make_vit, args.rank, args.k, CLASSES, device).items():
+        start = time.perf_counter()
+        measurements += measure_growth(make_learner(), counts, x.to(device), device, precision)
+        print(f"[perf] memory rows: {name}, {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+    setting = (f"{args.memory_model} (random weights), batch {args.batch_size}, {CLASSES} new classes per experience; "
+               f"{settings(args.rank, args.k)}; device {device.type} ({machine(device)}); "
+               f"{'bf16 autocast' if args.bf16 else 'float32'}; torch {torch.__version__}")
+    weights = sum(t.nbytes for t in vit.state_dict().values())
+    return "\n".join(section(measurements, command_line(parser, args), setting, device, weights))
 
 
 def main() -> None:
@@ -101,6 +139,19 @@ def main() -> None:
     warnings.filterwarnings("ignore", message=".*adapter_names.*")
     if args.threads:
         torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    precision = (partial(torch.autocast, device.type, dtype=torch.bfloat16) if args.bf16 else nullcontext)
+    memory_counts = [int(n) for n in args.memory_experiences.split(",") if n.strip()]
+    if min(memory_counts, default=1) < 1 or (args.only == "memory" and not memory_counts):
+        parser.error(f"--memory-experiences must be counts >= 1 (at least one with --only memory), "
+                     f"got {args.memory_experiences!r}")
+    if args.only == "memory":  # the other rows' options play no part
+        text = memory_rows(parser, args, memory_counts, device, precision)
+        print(text)
+        old = args.out.read_text() if args.out.exists() else ""
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(replace_section(old, text) if old else text + "\n")
+        return
     mixed_counts = [int(n) for n in args.mixed_experts.split(",") if n.strip()]
     loader_workers = [int(n) for n in args.loader_workers.split(",") if n.strip()]
     if min(loader_workers, default=0) < 0 or args.loader_batches < 1:
@@ -111,8 +162,6 @@ def main() -> None:
         parser.error(f"--mixed-batch-size {mixed_batch} cannot hold {max(mixed_counts)} experts")
     if args.experts > args.batch_size:
         parser.error(f"--batch-size {args.batch_size} cannot hold {args.experts} experts")
-    device = torch.device(args.device)
-    precision = (partial(torch.autocast, device.type, dtype=torch.bfloat16) if args.bf16 else nullcontext)
 
     torch.manual_seed(0)
     generator = torch.Generator().manual_seed(0)
@@ -301,15 +350,10 @@ def main() -> None:
         rows.append(("training step", f"CoLoR training step images/s, batch {args.batch_size}",
                      ratio(step_rate), "", ""))
 
-    machine = (torch.cuda.get_device_name(device) if device.type == "cuda"
-               else f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads")
-    command = "python -m benchmarks.perf " + " ".join(
-        f"--{k.replace('_', '-')}" + ("" if v is True else f" {shlex.quote(str(v))}")
-        for k, v in vars(args).items() if k != "out" and v != parser.get_default(k))
     rounds_label = f"median (min-max) of {args.rounds} {plural(args.rounds, 'round')}"
-    lines = [f"`{command.strip()}`", "",
+    lines = [f"`{command_line(parser, args)}`", "",
              f"{args.model} (random weights), batch {args.batch_size} (R5 rows: batch {m}), rank {args.rank}, "
-             f"{experts} experts in the model, k {args.k}; device {device.type} ({machine}); "
+             f"{experts} experts in the model, k {args.k}; device {device.type} ({machine(device)}); "
              f"{'bf16 autocast' if args.bf16 else 'float32'}; torch {torch.__version__}", "",
              f"Timings interleaved: a warm-up round, then {args.rounds} {plural(args.rounds, 'round')}, each running every timed call once "
              "in an order rotated by one place per round; each ratio is computed within a round from that round's "
@@ -329,6 +373,8 @@ def main() -> None:
         lines += ["", "peft: LoRA on every fused qkv (`target_modules=[\"qkv\"]`), so it adapts q, k and v "
                   "(it cannot leave k out of a fused layer); our experts adapt q and v only, as the paper does. "
                   "One expert in a batch: ours folds it into the qkv weight, peft still runs its mixed-batch path."]
+    if memory_counts:
+        lines += ["", memory_rows(parser, args, memory_counts, device, precision)]
     report = "\n".join(lines)
     print(report)
     args.out.parent.mkdir(parents=True, exist_ok=True)

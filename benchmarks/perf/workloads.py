@@ -1,5 +1,5 @@
-"""What the benchmark runs: a CoLoR model with trained-looking experts, peft's counterpart, memory counting,
-and a training data loader over JPEG images made in memory."""
+"""What the benchmark runs: a CoLoR model with trained-looking experts, peft's counterpart, and a training
+data loader over JPEG images made in memory (memory counting: :mod:`benchmarks.perf.memory`)."""
 
 from __future__ import annotations
 
@@ -64,37 +64,6 @@ def peft_adapters(vit: nn.Module, adapters: int, rank: int) -> nn.Module:
     if len(adapted) != len(vit.blocks):
         raise RuntimeError(f"peft adapted {len(adapted)} qkv layers, the ViT has {len(vit.blocks)} blocks")
     return model.eval()
-
-
-def training_memory(step: Callable[[], object], model: nn.Module, optimizer: torch.optim.Optimizer,
-                    device: torch.device) -> int:
-    """Bytes a training step holds beyond the weights.
-
-    On CUDA: the allocator's peak during the step minus what was allocated before.
-    On CPU (no allocator statistics): what autograd saves for the backward pass
-    (each storage once) plus gradients plus optimiser state, counted from the tensors.
-    """
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        before = torch.cuda.memory_allocated(device)
-        step()
-        torch.cuda.synchronize(device)
-        return torch.cuda.max_memory_allocated(device) - before
-    saved: dict[int, int] = {}
-
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        storage = tensor.untyped_storage()
-        saved[storage.data_ptr()] = storage.nbytes()
-        return tensor
-
-    parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        step()
-    activations = sum(size for ptr, size in saved.items() if ptr not in parameters)
-    gradients = sum(p.grad.nbytes for p in model.parameters() if p.grad is not None)
-    state = sum(t.nbytes for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t))
-    return activations + gradients + state
 
 
 # A typical photo of ImageNet or DomainNet (width, height); CIFAR's 32 px and CORe50's 128 px decode faster.
