@@ -195,3 +195,14 @@ def test_new_head_rows_are_initialised_as_the_codes_simple_linear():
         weight = model.head_weight.detach()
         assert weight.abs().max() <= bound and weight.abs().max() > 0.95 * bound, head_init
         assert bool((model.head_bias == 0).all()) == zero_bias
+
+
+def test_a_finished_component_keeps_no_gradient():
+    # Its last gradients would double its memory for the rest of the stream (CoLoR's experts drop theirs too).
+    strategy = tiny(SDLoRA)
+    stream = class_stream(num_experiences=2, per_class=8).train_stream
+    for experience in stream:
+        strategy.train(experience)
+    first = strategy.model.layers[0].components[0]
+    assert first.A.grad is None and first.B.grad is None
+    assert not first.A.requires_grad

@@ -129,10 +129,13 @@ class LoRASumViT(DynamicModule):
         return self.component_parameter_count(component) + (int(self.backbone.num_features) + 1) * num_classes
 
     def set_trainable(self) -> None:
-        """The one place that sets ``requires_grad``: on :meth:`trainable_parameters`, off everywhere else."""
-        self.requires_grad_(False)
-        for parameter in self.trainable_parameters():
-            parameter.requires_grad_(True)
+        """The one place that sets ``requires_grad``: on :meth:`trainable_parameters`, off everywhere else,
+        where stale gradients are dropped (a finished component would otherwise hold its last ones)."""
+        trainable = {id(parameter) for parameter in self.trainable_parameters()}
+        for parameter in self.parameters():
+            parameter.requires_grad_(id(parameter) in trainable)
+            if id(parameter) not in trainable:
+                parameter.grad = None
 
     # ------------------------------------------------------------------ classes
 
