@@ -70,6 +70,8 @@ def test_every_method_that_trains_takes_the_grid_lr_with_the_best_validation_acc
         assert runs[name]["lr"] == choice["lr"] and runs[name]["lr_chosen_by"].startswith("--tune lr")
     assert runs["NCM"]["lr"] is None
     assert json.loads((tmp_path / "results.json").read_text())["tuning"] == tuning
+    summary = (tmp_path / "summary.md").read_text()
+    assert "chosen by `--tune lr`" in summary and f"| CoLoR | {tuning['choices']['CoLoR']['lr']:g} |" in summary
 
 
 def test_tuning_is_refused_under_torchrun():

@@ -80,6 +80,18 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def tuning_table(tuning: dict[str, Any]) -> str:
+    """What ``--tune`` chose (results.json's ``tuning``): each method's lr, its validation accuracy and
+    every trial's, in %."""
+    rows = [{"method": method, "lr chosen": f"{choice['lr']:g}",
+             "validation accuracy": f"{100 * choice['validation_accuracy']:.1f}",
+             "trials (lr: validation accuracy)": ", ".join(f"{lr}: {100 * accuracy:.1f}"
+                                                           for lr, accuracy in choice["trials"].items())}
+            for method, choice in tuning["choices"].items()]
+    split = f"{tuning['held_out']:g} of each class held out, seed {tuning['seed']}"
+    return f"Learning rates chosen by `--tune {tuning['tuned']}` ({split}):\n\n{markdown_table(rows)}"
+
+
 def write_csv(runs: Sequence[Run], folder: Path) -> None:
     """``runs.csv``: one row per (method, seed); ``accuracy_matrices.csv``: one row per matrix entry."""
     fields = ["label", "method", "seed", "rank", "k", "average_accuracy", "forgetting", "routing_accuracy",

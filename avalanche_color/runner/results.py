@@ -9,7 +9,7 @@ from typing import Any
 from avalanche_color import write_atomically
 from avalanche_color.benchmarks.registry import BenchmarkSpec
 from avalanche_color.runner.config import RunConfig
-from avalanche_color.runner.report import markdown_table, plot_accuracy, summary_rows, write_csv
+from avalanche_color.runner.report import markdown_table, plot_accuracy, summary_rows, tuning_table, write_csv
 
 
 def write_results(result: dict[str, Any], config: RunConfig, spec: BenchmarkSpec, out: Path) -> str:
@@ -18,6 +18,8 @@ def write_results(result: dict[str, Any], config: RunConfig, spec: BenchmarkSpec
     write_atomically(out / "results.json", (json.dumps(result, indent=2) + "\n").encode())
     write_csv(runs, out)
     table = markdown_table(summary_rows(runs))
+    if "tuning" in result:
+        table += f"\n\n{tuning_table(result['tuning'])}"
     command = f"`{config.command}`\n\n" if config.command else ""
     write_atomically(out / "summary.md", (
         f"{command}{config.benchmark} ({spec.scenario}), backbone {config.backbone or spec.backbone}, "

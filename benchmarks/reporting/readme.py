@@ -36,7 +36,7 @@ import sys
 from pathlib import Path
 
 from benchmarks import REPOSITORY
-from avalanche_color.runner.report import mean_and_spread
+from avalanche_color.runner.report import mean_and_spread, tuning_table
 from benchmarks.reporting import by_label, markdown_table, summary_rows
 
 README = REPOSITORY / "README.md"
@@ -60,7 +60,8 @@ def render(name: str, results: Path = RESULTS) -> str:
     # Wall time differs between runs and machines: it stays in summary.md, out of the pages.
     rows = [{column: value for column, value in row.items() if column != "minutes / run"}
             for row in summary_rows(result["runs"])]
-    return f"```bash\n{command}\n```\n\n{markdown_table(rows)}\n\nMade on {result['device']}.\n"
+    tuning = f"\n\n{tuning_table(result['tuning'])}" if "tuning" in result else ""
+    return f"```bash\n{command}\n```\n\n{markdown_table(rows)}{tuning}\n\nMade on {result['device']}.\n"
 
 
 def _command(result: dict) -> str:
