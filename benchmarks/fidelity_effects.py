@@ -26,7 +26,7 @@ from avalanche_color.runner.backbones import load_backbone, with_head
 from avalanche_color.runner.config import RunConfig
 from avalanche_color.runner.methods.prompts import L2P_OPTIONS
 from avalanche_color.runner.report import forgetting, mean_and_spread, weighted_mean
-from avalanche_color.runner.run import EVAL_BATCH, _per_experience, build_stream, evaluator
+from avalanche_color.runner.run import EVAL_BATCH, accuracy_matrix, build_stream, evaluator
 
 PAPERS_SD_LORA = dict(direction_norm="product", normalise_when="finish", earlier_magnitudes="keep")
 L2P_CODE = dict(grad_clip_norm=1.0, batchwise_selection="always", lr_batch_scaling=True)
@@ -69,15 +69,15 @@ def run_variant(strategy_class: type, options: dict[str, Any], config: RunConfig
     backbone = load_backbone(config.backbone or spec.backbone)
     benchmark = build_stream(spec, config, backbone, seed, task_labels=False)
     RNGManager.set_random_seeds(seed)
-    rank = ({"rank": config.ranks[0]} if strategy_class in (SDLoRA, InfLoRA) else
-            {} if strategy_class is L2P else {"k": (config.ks or (spec.k,))[0]})
+    own = ({"rank": config.ranks[0]} if strategy_class in (SDLoRA, InfLoRA) else
+           {} if strategy_class is L2P else {"k": (config.ks or (spec.k,))[0]})
     if strategy_class is InfLoRA:
-        rank["num_experiences"] = len(benchmark.train_stream)
-    strategy = strategy_class(with_head(copy.deepcopy(backbone), 0), **rank, **options,
+        own["num_experiences"] = len(benchmark.train_stream)
+    strategy = strategy_class(with_head(copy.deepcopy(backbone), 0), **own, **options,
                               train_mb_size=config.batch_size, train_epochs=config.epochs, eval_mb_size=EVAL_BATCH,
                               evaluator=evaluator())
     count = len(benchmark.test_stream)
-    matrix = [_per_experience(metrics, "Top1_Acc_Exp", count) for metrics in train_stream(strategy, benchmark)]
+    matrix = accuracy_matrix(train_stream(strategy, benchmark), count)
     sizes = [len(experience.dataset) for experience in benchmark.test_stream]
     return weighted_mean(matrix[-1], sizes), forgetting(matrix)
 

@@ -187,7 +187,8 @@ def test_a_direction_finished_before_it_learned_adds_nothing_instead_of_nan(opti
 
 
 def test_new_head_rows_are_initialised_as_the_codes_simple_linear():
-    # SimpleLinear: kaiming_uniform_(nonlinearity="linear"), bound sqrt(3 / width); bias 0. nn.Linear's: 1 / sqrt(width).
+    # SimpleLinear: kaiming_uniform_(nonlinearity="linear"), bound sqrt(3 / width), bias 0;
+    # nn.Linear's: 1 / sqrt(width).
     width = 32
     for head_init, bound, zero_bias in (("kaiming", (3 / width) ** 0.5, True), ("linear", width ** -0.5, False)):
         model = tiny(SDLoRA, head_init=head_init).model

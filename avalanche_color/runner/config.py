@@ -24,8 +24,8 @@ LOGGERS = ("text", "csv", "tensorboard")
 # The images' mean and std: the backbone's own (timm's pretrained_cfg), or ImageNet's, as
 # S-Prompts' code normalises (and so the paper's presets, see avalanche_color.runner.presets).
 NORMALISATIONS = ("backbone", "imagenet")
-DEFAULT_OUT = Path("runs")
-TUNABLE = ("lr",)  # what --tune chooses, for every method alike (avalanche_color.runner.tuning)  # the output folders' parent, in the folder the command runs from
+DEFAULT_OUT = Path("runs")  # the output folders' parent, in the folder the command runs from
+TUNABLE = ("lr",)  # what --tune chooses, for every method alike (avalanche_color.runner.tuning)
 
 
 class RunConfigError(ValueError):

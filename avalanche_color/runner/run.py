@@ -126,7 +126,7 @@ def run_method(planned: PlannedRun, benchmark, spec: BenchmarkSpec, backbone: Vi
                                    evaluate=evaluate, loader_options=loaders)
         # A joint run's matrix is one row (after its one training, every experience): its average
         # accuracy is over the whole test stream, its forgetting 0, and the plot draws it as a level.
-        matrix = [_per_experience(metrics, "Top1_Acc_Exp", count) for metrics in records]
+        matrix = accuracy_matrix(records, count)
         metrics = records[-1]
         result = {
             "label": planned.label, "method": planned.method, "seed": planned.seed,
@@ -203,6 +203,12 @@ def evaluate_whole_stream(benchmark, loader_options: dict[str, Any]) -> Callable
         return {name: value for name, value in metrics.items()
                 if isinstance(value, (int, float)) and not isinstance(value, bool)}
     return evaluate
+
+
+def accuracy_matrix(records: Sequence[dict[str, float]], count: int) -> list[list[Optional[float]]]:
+    """One row per record of ``train_stream`` (after each training experience): the accuracy on each of
+    the ``count`` test experiences, None where not evaluated."""
+    return [_per_experience(metrics, "Top1_Acc_Exp", count) for metrics in records]
 
 
 def _per_experience(metrics: dict[str, float], metric: str, count: int) -> list[Optional[float]]:

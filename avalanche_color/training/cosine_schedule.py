@@ -19,7 +19,8 @@ class PerExperienceCosine:
     lr_scheduler: Optional[LRScheduler] = None
 
     def restart_cosine(self) -> None:
-        self.lr_scheduler = CosineAnnealingLR(self.optimizer, T_max=self._experience_steps())  # type: ignore[attr-defined]
+        steps = self._experience_steps()
+        self.lr_scheduler = CosineAnnealingLR(self.optimizer, T_max=steps)  # type: ignore[attr-defined]
 
     def restart_epoch_cosine(self) -> None:
         """InfLoRA's code's ``CosineSchedule`` (``utils/schedulers.py``), stepped per epoch: epoch e of E

@@ -24,6 +24,10 @@ __all__ = ["DirectionNorm", "EarlierMagnitudes", "HeadInit", "NormaliseWhen", "O
 NormaliseWhen = Literal["next_experience", "finish"]
 EarlierMagnitudes = Literal["restart", "keep"]
 HeadInit = Literal["kaiming", "linear"]
+DIRECTION_NORMS: tuple[str, ...] = DirectionNorm.__args__  # type: ignore[attr-defined]
+NORMALISE_WHENS: tuple[str, ...] = NormaliseWhen.__args__  # type: ignore[attr-defined]
+EARLIER_MAGNITUDES: tuple[str, ...] = EarlierMagnitudes.__args__  # type: ignore[attr-defined]
+HEAD_INITS: tuple[str, ...] = HeadInit.__args__  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,22 +36,22 @@ class SDLoRAConfig(LoRASumTraining):
     directions', and the shared training group with the code's SGD at lr 0.008, constant.
 
     ``SDLoRAConfig(direction_norm="product", normalise_when="finish", earlier_magnitudes="keep")`` is the
-    paper's reading (and this package's SD-LoRA before 0.x: see the docs' fidelity page)."""
+    paper's reading, which this package's SD-LoRA computed before it followed the code (docs: the
+    fidelity page)."""
 
     rank: int = option(10, positive_int, expert_setting=True)
     rank_schedule: Optional[tuple[int, ...]] = option(None, optional(each(positive_int)), expert_setting=True)
     magnitude_init: float = option(0.8, positive)
-    direction_norm: DirectionNorm = option("factors", one_of(("factors", "product")), expert_setting=True)
-    normalise_when: NormaliseWhen = option("next_experience", one_of(("next_experience", "finish")),
-                                           expert_setting=True)
-    earlier_magnitudes: EarlierMagnitudes = option("restart", one_of(("restart", "keep")))
-    head_init: HeadInit = option("kaiming", one_of(("kaiming", "linear")))
+    direction_norm: DirectionNorm = option("factors", one_of(DIRECTION_NORMS), expert_setting=True)
+    normalise_when: NormaliseWhen = option("next_experience", one_of(NORMALISE_WHENS), expert_setting=True)
+    earlier_magnitudes: EarlierMagnitudes = option("restart", one_of(EARLIER_MAGNITUDES))
+    head_init: HeadInit = option("kaiming", one_of(HEAD_INITS))
     lr: float = option(8e-3, positive)
 
     @classmethod
     def from_saved(cls, options: dict[str, Any]) -> "SDLoRAConfig":
-        """A folder saved before ``normalise_when`` existed was trained, saved and evaluated with every
-        finished direction normalised: it keeps that meaning."""
+        """A folder saved before ``normalise_when`` existed was trained with every finished direction
+        normalised, earlier magnitudes kept and ``nn.Linear`` head rows: it keeps that meaning."""
         return cls(**{"normalise_when": "finish", "earlier_magnitudes": "keep", "head_init": "linear", **options})
 
     def rank_of(self, experience: int) -> int:

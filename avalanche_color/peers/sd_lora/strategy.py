@@ -118,6 +118,6 @@ class SDLoRA(LoRASumTemplate):
             model = SDLoRAViT(model, config)
         elif model.config.expert_settings() != config.expert_settings():
             raise ValueError(f"model is an SDLoRAViT with its own settings {model.config.expert_settings()}; "
-                             f"give the same rank, rank_schedule, direction_norm and normalise_when, got {config.expert_settings()}")
+                             f"give the same {', '.join(config.expert_settings())}, got {config.expert_settings()}")
         super().__init__(model=model, config=config, criterion=criterion, device=device, plugins=plugins,
                          evaluator=evaluator, **kwargs)
