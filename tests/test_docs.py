@@ -49,6 +49,36 @@ def test_the_site_builds_in_strict_mode(tmp_path):
         relative = page.relative_to(DOCS).with_suffix("")
         folder = relative.parent if relative.name == "index" else relative
         assert (tmp_path / "site" / folder / "index.html").exists(), page
+    # As a browser shows it: tables are tables, no reST "::" shows, code wraps instead of running off the page.
+    for html in sorted((tmp_path / "site").rglob("*.html")):
+        text = html.read_text()
+        assert not raw_table_rows(text), (html, raw_table_rows(text)[:3])
+        assert not STRAY_LITERAL_MARKER.search(text), (html, STRAY_LITERAL_MARKER.search(text))
+    css = (tmp_path / "site" / "stylesheets" / "extra.css").read_text()
+    assert "stylesheets/extra.css" in (tmp_path / "site" / "index.html").read_text()
+    assert re.search(r"pre > code \{\s*white-space: pre-wrap", css)
+
+
+# The text outside code blocks of a rendered page, line by line; a line of it that starts and ends with a pipe is a
+# Markdown table row the page shows as raw text (e.g. a table inside a list item without a blank line before it).
+HTML_CODE = re.compile(r"<(pre|script|style|textarea)\b.*?</\1>", re.S)
+HTML_TAG = re.compile(r"<[^>]+>")
+TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
+STRAY_LITERAL_MARKER = re.compile(r"::</p>")  # a docstring's reST "::" before a code block, shown as text
+
+
+def raw_table_rows(html: str) -> list[str]:
+    import html as entities
+
+    text = entities.unescape(HTML_TAG.sub("", HTML_CODE.sub("", html)))
+    return [line.strip() for line in text.splitlines() if TABLE_ROW.match(line)]
+
+
+def test_the_raw_table_check_finds_a_table_that_did_not_render():
+    shown = "<p>Refused:\n  | <code>ReplayPlugin</code> | replays | <em>why</em> |\n  |---|---|---|</p>"
+    assert raw_table_rows(shown) == ["| ReplayPlugin | replays | why |", "|---|---|---|"]
+    rendered = "<table><tr><td>a</td><td>b</td></tr></table><pre><code>x = a | b |\n| c |</code></pre>"
+    assert raw_table_rows(rendered) == []
 
 
 @pytest.mark.parametrize("broken, says", [

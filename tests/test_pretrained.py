@@ -99,7 +99,7 @@ def test_a_failed_save_leaves_the_earlier_one_whole_and_no_temporary_folder(trai
     other = PromptExpertViT(tiny_vit(), prompt_length=2)
     other.start_expert([0, 1])
 
-    def broken_save_file(tensors, filename):  # dies half-way through the weights
+    def broken_save_file(tensors, filename, metadata=None):  # dies half-way through the weights
         with open(filename, "wb") as file:
             file.write(b"half")
         raise OSError("disk full")

@@ -29,13 +29,26 @@ def test_the_quick_start_is_the_readmes_only_python_block():
     assert [block.code for block in runnable(README)] == [quick_start()]
 
 
+def test_the_quick_start_is_short_fits_the_page_and_uses_a_shipped_backbone():
+    code = quick_start()
+    lines = code.strip().splitlines()
+    assert len(lines) <= 25 and max(len(line) for line in lines) <= 90  # no sideways scrolling on the site
+    assert 'offline_backbone("digits")' in code and "backbone_transform(vit)" in code
+    assert "create_model" not in code  # no pretraining of its own: that is the guide's longer example
+
+
 @pytest.mark.slow
 def test_quick_start_runs_as_printed_and_learns():
     run = run_page(README)  # offline, as promised (HF_HUB_OFFLINE=1), in an empty folder
     assert run.returncode == 0, run.stderr[-4000:]
-    metrics_line, experts_line = run.stdout.strip().splitlines()[-2:]
-    metrics = ast.literal_eval(metrics_line)
-    assert metrics["Top1_Acc_Stream"] > 0.5 and metrics["RoutingAcc_Stream"] > 0.5  # chance: 0.1 and 0.2
-    assert experts_line.startswith("experts:") and "predicted:" in experts_line
+    accuracy = float(run.stdout.strip().splitlines()[-1])
+    assert accuracy > 0.7  # chance: 0.1
     assert "warn" not in run.stderr.lower(), run.stderr
-    assert (run.folder / "log.txt").exists()
+
+
+def test_the_longer_example_is_on_the_guide_page_and_runs_there():
+    from code_blocks import REPOSITORY as root
+
+    guide = root / "docs" / "guide" / "index.md"
+    assert any("pretrained = {k: v.clone()" in block.code and "save" in block.code.lower()
+               for block in runnable(guide))

@@ -46,6 +46,10 @@ if TYPE_CHECKING:
     from avalanche.training.templates import SupervisedTemplate
     from wandb import Run
 
+# The names of Avalanche's forgetting metrics (forgetting_metrics): the same values as Forgetting_*.
+AVALANCHE_FORGETTING = ("ExperienceForgetting/", "StreamForgetting/")
+
+
 class WandBLogger(AvalancheWandBLogger):
     """Avalanche's W&B logger, fixed for current wandb (no ``wandb.viz``, ``wandb.util.generate_id``).
 
@@ -66,7 +70,9 @@ class WandBLogger(AvalancheWandBLogger):
       ``AccuracyMatrix/<stream>``, a table of accuracies by training experience done (rows)
       and test experience (columns), and ``AccuracyHeatmap/<stream>``, the same as an image;
       ``Forgetting_Exp/<stream>/ExpNNN`` (accuracy just after the experience's own training
-      minus accuracy now) and ``Forgetting_Stream/<stream>`` (their mean); with
+      minus accuracy now) and ``Forgetting_Stream/<stream>`` (their mean), unless the evaluator
+      has Avalanche's ``forgetting_metrics``, whose ``ExperienceForgetting`` and
+      ``StreamForgetting`` panels show the same values (then only those are logged); with
       :func:`~avalanche_color.evaluation.routing_accuracy.routing_accuracy_metrics`,
       ``Routing/<stream>``, a table of which expert answered how many samples of each test
       experience, with the experience the expert was trained on.
@@ -113,6 +119,7 @@ class WandBLogger(AvalancheWandBLogger):
     _matrix_changed: bool = False  # since the matrix was last logged
     _results_logged: bool = True  # since the matrix last changed
     _report_finished_for: Optional["Run"] = None
+    _avalanche_forgetting: bool = False  # Avalanche's forgetting metrics logged: no Forgetting_* panels of our own
 
     @property
     def run(self) -> Optional["Run"]:
@@ -208,6 +215,8 @@ class WandBLogger(AvalancheWandBLogger):
             return
         if isinstance(value, (float, int)) and not isinstance(value, bool):
             self._matrix_changed |= self.accuracy_matrix.observe(name, value)
+        if name.startswith(AVALANCHE_FORGETTING):
+            self._avalanche_forgetting = True
         self._log({name: value})
 
     def close(self) -> None:
@@ -241,7 +250,7 @@ class WandBLogger(AvalancheWandBLogger):
         """The accuracy matrix (table and heatmap), forgetting and routing, if they changed since last logged."""
         if not self._matrix_changed or self._run is None:
             return
-        self._log(matrix_values(self.wandb, self.accuracy_matrix))
+        self._log(matrix_values(self.wandb, self.accuracy_matrix, forgetting=not self._avalanche_forgetting))
         self._matrix_changed = False
         self._results_logged = False
 

@@ -72,9 +72,10 @@ def strategy_options(strategy: Any) -> dict[str, Any]:
     return options
 
 
-def matrix_values(wandb: "ModuleType", matrix: AccuracyMatrix) -> dict[str, Any]:
+def matrix_values(wandb: "ModuleType", matrix: AccuracyMatrix, forgetting: bool = True) -> dict[str, Any]:
     """Per evaluation stream: the accuracy matrix as a table and a heatmap, forgetting per experience
-    and its mean, and the routing table (which expert answered how many samples of each test experience)."""
+    and its mean (unless ``forgetting`` is False: Avalanche's forgetting metrics log them already), and the
+    routing table (which expert answered how many samples of each test experience)."""
     values: dict[str, Any] = {}
     rows = [f"exp {experience}" for experience in matrix.trained]
     for stream in matrix.streams():
@@ -84,10 +85,10 @@ def matrix_values(wandb: "ModuleType", matrix: AccuracyMatrix) -> dict[str, Any]
             columns=["after training", *columns], data=[[row, *cell] for row, cell in zip(rows, cells)])
         figure = accuracy_heatmap(cells, rows, columns, title=f"accuracy on {stream}")
         values[f"AccuracyHeatmap/{stream}"] = wandb.Image(figure)
-        forgetting = matrix.forgetting(stream)
-        values.update({f"Forgetting_Exp/{stream}/Exp{column:03d}": value for column, value in forgetting.items()})
-        if forgetting:
-            values[f"Forgetting_Stream/{stream}"] = sum(forgetting.values()) / len(forgetting)
+        forgotten = matrix.forgetting(stream) if forgetting else {}
+        values.update({f"Forgetting_Exp/{stream}/Exp{column:03d}": value for column, value in forgotten.items()})
+        if forgotten:
+            values[f"Forgetting_Stream/{stream}"] = sum(forgotten.values()) / len(forgotten)
     for stream, routed in sorted(matrix.routing.items()):
         data = [[experience, routing.accuracy, expert, routing.expert_experiences[expert], samples,
                  samples / sum(routing.experts.values())]

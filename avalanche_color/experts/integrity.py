@@ -1,10 +1,14 @@
-"""A saved model folder checked before use: its ``config.json`` readable, its tensor files those it was saved with.
+"""A saved model folder checked before use: its ``config.json`` and tensor file those it was saved with.
 
-``save_pretrained`` records each tensor file's size and SHA-256 in ``config.json`` (``"files"``);
-loading reads each file once, checks the size and then the digest of the bytes it read, and
-only then parses them, so a file changed in place, truncated, or taken from another save is
-refused, naming the file and what differs. Folders saved before the digests were recorded
-still load, with a warning that they cannot be verified.
+``save_pretrained`` records each tensor file's size and SHA-256 in ``config.json`` (``"files"``),
+and writes a copy of ``config.json``'s content (all but ``"files"``) into the tensor file's
+safetensors metadata, so the recorded SHA-256 covers the options and the experts' records too.
+Loading reads the tensor file once, checks the size and then the digest of the bytes it read,
+then compares ``config.json`` with the copy the verified file holds (:func:`check_config_unchanged`),
+and only then parses the tensors: a file changed in place, truncated, or taken from another
+save, and a ``config.json`` edited since the save (an option, an expert's entry dropped or its
+classes swapped) are refused, naming the folder, the file and what differs. Folders saved before
+the digests (or the copy) were recorded still load, with a warning that they cannot be verified.
 """
 
 from __future__ import annotations
@@ -24,6 +28,10 @@ from safetensors.torch import save_file
 from torch import Tensor
 
 
+# The safetensors metadata key of the copy of config.json's content (without "files").
+CONFIG_COPY = "avalanche_color.config"
+
+
 class SavedModelError(ValueError):
     """A saved model folder that cannot be read, or whose files are not those it was saved with."""
 
@@ -41,7 +49,7 @@ def write_saved_folder(folder: PathLike, tensors: Mapping[str, Tensor], config: 
     tensors = {k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}
 
     def write(new: Path) -> None:
-        save_file(tensors, str(new / tensors_file))
+        save_file(tensors, str(new / tensors_file), metadata={CONFIG_COPY: json.dumps(config, sort_keys=True)})
         files = {tensors_file: file_record((new / tensors_file).read_bytes())}
         (new / config_file).write_text(json.dumps({**config, "files": files}, indent=2) + "\n")
 
@@ -113,3 +121,71 @@ def load_tensors(folder: Path, name: str, data: bytes) -> dict[str, Tensor]:
         return load_safetensors(data)
     except SafetensorError as error:
         raise SavedModelError(f"{folder}: {name} is not a readable safetensors file: {error}") from None
+
+
+def check_config_unchanged(folder: Path, config_file: str, saved: Mapping[str, Any], tensors_file: str,
+                           data: bytes) -> None:
+    """Refuse a ``config.json`` (``saved``) that differs from the copy in the tensor file's bytes ``data``.
+
+    Call it with the bytes :func:`read_verified` returned, before ``saved`` is changed in any way:
+    the copy is then the one written with the save. The ``SavedModelError`` names the folder, the
+    file and each difference (``options.alpha: saved 8.0, found 40``). A tensor file without a copy
+    (written by an earlier avalanche_color) loads with a warning, unless its digests were not
+    recorded either (:func:`read_verified` has warned already).
+    """
+    copy = _config_copy(data)
+    if copy is None:
+        if saved.get("files") is not None:
+            warnings.warn(f"{folder} was saved by an earlier avalanche_color, without a copy of {config_file} in "
+                          f"{tensors_file}: its options and experts' records cannot be verified; save the model "
+                          f"again to record them", UserWarning, stacklevel=4)
+        return
+    differences = json_differences(copy, {key: value for key, value in saved.items() if key != "files"})
+    if differences:
+        shown = "; ".join(differences[:8]) + ("; ..." if len(differences) > 8 else "")
+        raise SavedModelError(
+            f"{folder}: {config_file} is not the one saved with {tensors_file} (changed since the save): {shown}. "
+            f"Restore it (the saved values are those named), or save the model again")
+
+
+def json_differences(saved: Any, found: Any, where: str = "") -> list[str]:
+    """Each place where the JSON values ``saved`` and ``found`` differ, as ``"path: saved .., found .."``."""
+    if isinstance(saved, dict) and isinstance(found, dict):
+        differences = []
+        for key in sorted(set(saved) | set(found), key=str):
+            path = f"{where}.{key}" if where else str(key)
+            if key not in found:
+                differences.append(f"{path}: saved {saved[key]!r}, missing now")
+            elif key not in saved:
+                differences.append(f"{path}: not saved, found {found[key]!r}")
+            else:
+                differences += json_differences(saved[key], found[key], path)
+        return differences
+    nested = (dict, list)
+    if isinstance(saved, list) and isinstance(found, list) and any(isinstance(v, nested) for v in saved + found):
+        differences = []
+        if len(saved) != len(found):
+            differences.append(f"{where}: saved {len(saved)} entries, found {len(found)}")
+        for index, (before, after) in enumerate(zip(saved, found)):
+            differences += json_differences(before, after, f"{where}[{index}]")
+        return differences
+    # Values (and lists of values, such as an expert's classes) are compared whole.
+    if type(saved) is not type(found) and not (_is_number(saved) and _is_number(found)) or saved != found:
+        return [f"{where}: saved {saved!r}, found {found!r}"]
+    return []
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _config_copy(data: bytes) -> Any:
+    """The copy of config.json in a safetensors file's metadata, or None if it has none (or is unreadable:
+    :func:`load_tensors` names that)."""
+    try:
+        length = int.from_bytes(data[:8], "little")
+        header = json.loads(data[8:8 + length].decode("utf-8"))
+        copy = header.get("__metadata__", {}).get(CONFIG_COPY)
+        return None if copy is None else json.loads(copy)
+    except (ValueError, AttributeError, UnicodeDecodeError):
+        return None

@@ -3,8 +3,9 @@
 The folder holds what :meth:`RoutedExpertViT.experts_state_dict` gives (experts, heads,
 prototypes, class-router state, class maps), never the backbone: ``config.json`` names the
 model class, its options, each expert's classes, the backbone's weights digest and the
-package version, and the size and SHA-256 of ``experts.safetensors``. Loading refuses a changed,
-truncated or foreign file (:mod:`~avalanche_color.experts.integrity`), a backbone with another
+package version, and the size and SHA-256 of ``experts.safetensors`` (which holds a copy of the
+rest of ``config.json``). Loading refuses a changed, truncated or foreign file, and a
+``config.json`` edited since the save (:mod:`~avalanche_color.experts.integrity`), a backbone with another
 digest, or options that change what the experts mean, naming every difference; a round trip
 predicts bit-identically.
 """
@@ -18,7 +19,8 @@ from typing import Any, TypeVar
 from torch import nn
 
 from avalanche_color.config import RoutingOptions
-from avalanche_color.experts.integrity import load_tensors, read_saved_folder, read_verified, write_saved_folder
+from avalanche_color.experts.integrity import (check_config_unchanged, load_tensors, read_saved_folder, read_verified,
+                                              write_saved_folder)
 from avalanche_color.experts.model_state import backbone_fingerprint, model_extras, restore_model_extras
 from avalanche_color.utils.files import PathLike
 from avalanche_color.version import __version__
@@ -72,10 +74,11 @@ def from_pretrained(model_class: type[Model], folder: PathLike, backbone: nn.Mod
     saved = read_saved_folder(folder, tensors_file=WEIGHTS_FILE, config_file=CONFIG_FILE, form=FORMAT,
                               what="an avalanche_color saved model",
                               keys=("model", "options", "backbone", "model_extras"))
+    weights = read_verified(folder, WEIGHTS_FILE, saved.get("files"))
+    check_config_unchanged(folder, CONFIG_FILE, saved, WEIGHTS_FILE, weights)
     # Folders written before routing_features and router replaced the option routing.
     saved["options"] = RoutingOptions.without_routing(saved["options"], warn=False)
     options = RoutingOptions.without_routing(options)
-    weights = read_verified(folder, WEIGHTS_FILE, saved.get("files"))
     if saved["model"] != model_class.__name__:  # its options would not even fit model_class
         raise ValueError(f"{folder} does not fit: model: saved {saved['model']}, loading as {model_class.__name__}")
     model = model_class(copy.deepcopy(backbone), **{**saved["options"], **options})

@@ -1,10 +1,14 @@
 """A comparison's output folder changes only when a comparison completes.
 
-Runs write into ``<folder>/attempt/`` (run records, checkpoints, logs, W&B files). When every run
+Runs write into ``<folder>/attempt/`` (run records, checkpoints, logs). When every run
 has finished, those replace the folder's own and the result files are written; an interrupted or
-failed comparison leaves the folder's earlier results as they were. ``--resume`` continues the
+failed comparison leaves the folder's earlier results as they were. W&B's files go to
+``<folder>/wandb/`` directly, one folder per W&B run, so the path W&B prints stays valid after the
+comparison completes (an attempt folder of an earlier version may still hold some: they are merged). ``--resume`` continues the
 attempt (or the completed comparison) when it was made with the same settings, backbone, code,
-torch and thread count, and is refused otherwise, before anything changes.
+torch and thread count, and is refused otherwise, before anything changes. A failed attempt never
+blocks a ``--resume`` with the folder's original settings: one that finished no run, or one made
+with other settings than the completed comparison being resumed, is set aside (replaced).
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ def check_folder(out: Path, record: dict[str, Any], resume: bool) -> None:
         raise RunConfigError("name", str(out), "is a file, not a folder: pass another --name")
     if not resume:
         return
-    runs = out / ATTEMPT / "runs" if (out / ATTEMPT / "runs").is_dir() else out / "runs"
+    attempt_runs = out / ATTEMPT / "runs"
+    runs = attempt_runs if attempt_runs.is_dir() and not stale_attempt(out, record) else out / "runs"
     earlier = read_provenance(runs)
     fix = ("run without --resume (the folder's results stay until the new comparison completes), or pass another "
            "--name to keep both")
@@ -45,7 +50,7 @@ def start_attempt(out: Path, record: dict[str, Any], resume: bool) -> Path:
     """The attempt folder, stamped with ``record``: an earlier interrupted one continued (``resume``) or
     replaced; a resumed completed comparison's runs and checkpoints carried into it."""
     attempt = out / ATTEMPT
-    if not resume:
+    if not resume or stale_attempt(out, record):
         shutil.rmtree(attempt, ignore_errors=True)
     elif not attempt.exists():
         for name in REPLACED:
@@ -54,6 +59,21 @@ def start_attempt(out: Path, record: dict[str, Any], resume: bool) -> Path:
     (attempt / "runs").mkdir(parents=True, exist_ok=True)
     write_atomically(attempt / "runs" / "provenance.json", (json.dumps(record, indent=2) + "\n").encode())
     return attempt
+
+
+def stale_attempt(out: Path, record: dict[str, Any]) -> bool:
+    """Whether ``out``'s attempt folder is one a ``--resume`` with ``record`` sets aside: it exists and either
+    finished no run (no run record, no checkpoint: nothing to continue), or was made with other settings
+    than ``record`` while the folder's completed comparison was made with ``record``'s."""
+    attempt = out / ATTEMPT
+    if not attempt.is_dir():
+        return False
+    runs = attempt / "runs"
+    records = [path for path in runs.glob("*.json") if path.name != "provenance.json"] if runs.is_dir() else []
+    checkpoints = list((attempt / "checkpoints").glob("*")) if (attempt / "checkpoints").is_dir() else []
+    if not records and not checkpoints:
+        return True
+    return read_provenance(runs) != record and read_provenance(out / "runs") == record
 
 
 def complete_attempt(out: Path, attempt: Path) -> None:

@@ -25,7 +25,9 @@ crash mid-save leaves the previous checkpoint intact.
 Loading checks everything before it changes anything: a file that is
 truncated, corrupt, of another format version, or written for another
 backbone, rank, alpha, routing features, router or class set is refused with a
-:class:`CheckpointError` naming what differs, and the model stays as it was.
+:class:`CheckpointError` naming what differs, and the model stays as it was; so is one written
+under other training options (``k``, ``lr``, ``train_epochs``, ...), unless the caller allows them
+(``train_stream(..., allow_changed=[...])``).
 """
 
 from __future__ import annotations
@@ -69,6 +71,10 @@ class Checkpoint:
         model_extras: Avalanche's bookkeeping on the model (``max_class_label``, ...).
         optimizer, lr_scheduler: their ``state_dict`` mid-experience, else None.
         rng: the random generators' states at saving time.
+        options: the strategy's options (every field of its config, as JSON values) when it was
+            saved; None for strategies without a config and for checkpoints written before they
+            were recorded. A resume under other options that change the run is refused
+            (:func:`~avalanche_color.training.resume.changed_options`).
     """
 
     experiences_done: int
@@ -83,6 +89,7 @@ class Checkpoint:
     optimizer: Optional[dict[str, Any]] = None
     lr_scheduler: Optional[dict[str, Any]] = None
     rng: dict[str, Any] = field(default_factory=dict)
+    options: Optional[dict[str, Any]] = None
 
 
 # ---------------------------------------------------------------------- file
@@ -170,6 +177,7 @@ def _payload(checkpoint: Checkpoint) -> dict[str, Any]:
     payload["experts"] = {k: v.detach().to("cpu") for k, v in checkpoint.experts.items()}
     # Records travel as JSON text: any metric value that is not plain data fails here, at saving.
     payload["records"] = json.loads(json.dumps(checkpoint.records))
+    payload["options"] = None if checkpoint.options is None else json.loads(json.dumps(checkpoint.options))
     return payload
 
 

@@ -11,13 +11,20 @@ mid-experience checkpoint restores the optimiser, the cosine schedule and the
 random generators, so the finished run equals one that never stopped (on CPU:
 bit for bit). ``resume=False`` starts over and overwrites the file.
 
+A checkpoint written under other options is refused, naming each option that differs: the
+model's settings (backbone, rank, alpha, routing, classes) always, and every other option that
+changes what the run learns (``k``, ``lr``, ``train_epochs``, ...: all but
+:data:`OPTIONS_FREE_ON_RESUME`) unless named in ``allow_changed``, which continues the run with
+the new values from where it stopped (the experiences already learned keep the old ones).
+
 For a loop of your own, put a :class:`CheckpointPlugin` in the strategy's
 plugins and call :meth:`CheckpointPlugin.resume` before training.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
@@ -37,6 +44,9 @@ if TYPE_CHECKING:
     from avalanche.training.templates import SupervisedTemplate
 
 Record = dict[str, Any]
+# Options that may differ on resume: they decide how data is loaded and evaluated, not what is learned.
+OPTIONS_FREE_ON_RESUME = frozenset({"num_workers", "pin_memory", "persistent_workers", "eval_mb_size",
+                                    "eval_every", "cache_evaluation", "check_data", "prototype_batch_size"})
 Evaluate = Callable[["SupervisedTemplate", int], Record]
 
 
@@ -95,6 +105,7 @@ class CheckpointPlugin(SupervisedPlugin):
             optimizer=strategy.optimizer.state_dict() if mid_experience else None,
             lr_scheduler=scheduler.state_dict() if mid_experience and scheduler is not None else None,
             rng=capture_rng(),
+            options=recorded_options(strategy),
         ))
 
     def before_training_exp(self, strategy: "SupervisedTemplate", **kwargs: Any) -> None:
@@ -131,13 +142,14 @@ class CheckpointPlugin(SupervisedPlugin):
 
     # ------------------------------------------------------------------ resuming
 
-    def resume(self, strategy: "SupervisedTemplate",
-               stream_classes: Optional[list[list[int]]] = None) -> Checkpoint:
+    def resume(self, strategy: "SupervisedTemplate", stream_classes: Optional[list[list[int]]] = None,
+               allow_changed: Collection[str] = ()) -> Checkpoint:
         """Load the checkpoint at ``path`` into ``strategy`` (a fresh CoLoR strategy, no expert yet).
 
-        The file, the model's settings, the backbone and (if given) the stream's
-        classes are all checked before anything changes; on any mismatch a
-        :class:`CheckpointError` says what differs and the model stays as it was.
+        The file, the model's settings, the backbone, (if given) the stream's classes and the
+        strategy's other options (those not in :data:`OPTIONS_FREE_ON_RESUME` or ``allow_changed``)
+        are all checked before anything changes; on any mismatch a :class:`CheckpointError` says
+        what differs and the model stays as it was.
         A mid-experience state is applied when that experience's training starts.
 
         Returns:
@@ -154,6 +166,7 @@ class CheckpointPlugin(SupervisedPlugin):
             )
         checkpoint = read_checkpoint(self.path)
         check_fits(checkpoint, model, self.path, stream_classes, self._backbone_fingerprint(model))
+        check_same_options(checkpoint, strategy, self.path, allow_changed)
         if checkpoint.epochs_done and checkpoint.train_epochs != strategy.train_epochs:
             raise ValueError(
                 f"checkpoint {self.path} stopped inside an experience of a run with train_epochs="
@@ -185,6 +198,7 @@ def train_stream(
     resume: bool = True,
     evaluate: Optional[Evaluate] = None,
     loader_options: Optional[Mapping[str, Any]] = None,
+    allow_changed: Collection[str] = (),
 ) -> list[Record]:
     """Train on every experience of ``benchmark.train_stream`` in order, evaluating after each.
 
@@ -199,7 +213,12 @@ def train_stream(
         checkpoint: the checkpoint file, or a :class:`CheckpointPlugin` (not already
             among the strategy's plugins).
         every_n_epochs: with a path, also save every this many epochs.
-        resume: continue from an existing checkpoint file; False starts over.
+        resume: continue from an existing checkpoint file; False starts over. A checkpoint
+            written under other options is refused (a :class:`CheckpointError` naming each).
+        allow_changed: options of the strategy that may differ from the checkpoint's on resume
+            (e.g. ``["train_epochs"]`` to train the remaining experiences longer): the run
+            continues with the new values; the experiences already learned keep the old ones.
+            The model's own settings (rank, alpha, routing, ...) can never change.
         evaluate: ``evaluate(strategy, index)`` after training experience ``index``
             gives that experience's record (JSON-able); by default the numeric
             metrics of ``strategy.eval(benchmark.test_stream[: index + 1], **loader_options)``.
@@ -226,7 +245,7 @@ def train_stream(
         if position > len(stream):  # refused before anything is loaded
             raise CheckpointError(f"checkpoint {plugin.path} is {position} experiences into its stream; "
                                   f"this stream has {len(stream)}")
-        plugin.resume(strategy, stream_classes)
+        plugin.resume(strategy, stream_classes, allow_changed)
     strategy.plugins.append(plugin)  # removed again below: the strategy is left as it came
     try:
         for index, experience in enumerate(stream):
@@ -239,6 +258,48 @@ def train_stream(
     finally:
         strategy.plugins.remove(plugin)
     return list(plugin.records)
+
+
+def recorded_options(strategy: "SupervisedTemplate") -> Optional[dict[str, Any]]:
+    """Every option of ``strategy``'s config as JSON values (None for a strategy without one)."""
+    config = getattr(strategy, "config", None)
+    as_dict = getattr(config, "as_dict", None)
+    return None if as_dict is None else json.loads(json.dumps(as_dict()))
+
+
+def changed_options(saved: Optional[Mapping[str, Any]], current: Optional[Mapping[str, Any]],
+                    allow_changed: Collection[str] = ()) -> list[str]:
+    """Each option that differs between a checkpoint's ``saved`` options and the strategy's ``current``
+    ones, as ``"name: checkpoint .., strategy .."``, leaving out :data:`OPTIONS_FREE_ON_RESUME` and
+    ``allow_changed`` (nothing when either side recorded no options)."""
+    if saved is None or current is None:
+        return []
+    free = OPTIONS_FREE_ON_RESUME | set(allow_changed)
+    return [f"{name}: checkpoint {saved.get(name)!r}, strategy {current.get(name)!r}"
+            for name in sorted(set(saved) | set(current))
+            if name not in free and saved.get(name) != current.get(name)]
+
+
+def check_same_options(checkpoint: Checkpoint, strategy: "SupervisedTemplate", path: PathLike,
+                       allow_changed: Collection[str] = ()) -> None:
+    """Refuse to resume ``strategy`` from ``checkpoint`` written under other options, naming each."""
+    if isinstance(allow_changed, str):
+        raise ValueError(f"allow_changed must be a list of option names, got the string {allow_changed!r}; "
+                         f"write allow_changed=[{allow_changed!r}]")
+    current = recorded_options(strategy)
+    if current is not None:
+        unknown = sorted(set(allow_changed) - set(current))
+        if unknown:
+            raise ValueError(f"allow_changed names options this strategy does not have: {unknown}; "
+                             f"its options are {sorted(current)}")
+    problems = changed_options(checkpoint.options, current, allow_changed)
+    if problems:
+        names = [problem.partition(":")[0] for problem in problems]
+        raise CheckpointError(
+            f"checkpoint {path} was written by a run with other options: {'; '.join(problems)}. Resuming would "
+            f"label the old run's results with the new options. Give the strategy the checkpoint's values, start "
+            f"over (resume=False or another checkpoint path), or continue with the new values anyway: "
+            f"train_stream(..., allow_changed={names!r})")
 
 
 def _train_and_evaluate(strategy: "SupervisedTemplate", experience: Any, index: int, evaluate: Evaluate,

@@ -3,8 +3,8 @@
 The folder holds the model's :meth:`~LoRASumViT.experts_state_dict` (components, magnitudes or
 protected subspaces, head, class masks), never the backbone; ``config.json`` names the model
 class, its options, a digest of the backbone's weights, and the size and SHA-256 of the weights
-file. Loading checks those first (:mod:`~avalanche_color.experts.integrity`, as CoLoR's folders:
-a changed, truncated or foreign file is a ``SavedModelError`` naming it), builds the model on a
+file, which holds a copy of the rest of ``config.json``. Loading checks those first (:mod:`~avalanche_color.experts.integrity`, as CoLoR's folders:
+a changed, truncated or foreign file, or an edited ``config.json``, is a ``SavedModelError`` naming it), builds the model on a
 copy of the backbone given, refuses another backbone or class, and predicts bit-identically.
 (CoLoR's own format, :mod:`avalanche_color.experts.pretrained`, is tied to routed experts.)
 """
@@ -16,7 +16,8 @@ from typing import TypeVar
 
 from torch import nn
 
-from avalanche_color.experts.integrity import load_tensors, read_saved_folder, read_verified, write_saved_folder
+from avalanche_color.experts.integrity import (check_config_unchanged, load_tensors, read_saved_folder, read_verified,
+                                              write_saved_folder)
 from avalanche_color.experts.model_state import backbone_fingerprint
 from avalanche_color.utils.files import PathLike
 from avalanche_color.version import __version__
@@ -44,6 +45,8 @@ def load_folder(model_class: type[Model], folder: PathLike, backbone: nn.Module)
     saved = read_saved_folder(folder, tensors_file=WEIGHTS_FILE, config_file=CONFIG_FILE, form=FORMAT,
                               what="a saved SD-LoRA or InfLoRA model",
                               keys=("model", "options", "backbone", "max_class_label", "files"))
+    data = read_verified(folder, WEIGHTS_FILE, saved["files"])
+    check_config_unchanged(folder, CONFIG_FILE, saved, WEIGHTS_FILE, data)  # before any option is used
     if saved["model"] != model_class.__name__:
         raise ValueError(f"{folder} holds a {saved['model']}, not a {model_class.__name__}")
     options = {k: tuple(v) if isinstance(v, list) else v for k, v in saved["options"].items()}
@@ -52,7 +55,7 @@ def load_folder(model_class: type[Model], folder: PathLike, backbone: nn.Module)
     if digest != saved["backbone"]:
         raise ValueError(f"{folder} does not fit this backbone: its components were trained on another one "
                          f"(weights digest {saved['backbone'][:12]}, this backbone's {digest[:12]})")
-    tensors = load_tensors(folder, WEIGHTS_FILE, read_verified(folder, WEIGHTS_FILE, saved["files"]))
+    tensors = load_tensors(folder, WEIGHTS_FILE, data)
     model.load_experts_state_dict({key: value.to(model.device) for key, value in tensors.items()})
     model.max_class_label = max(model.max_class_label, int(saved["max_class_label"]))
     return model.eval()

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from avalanche_color.config import DISTANCES, Distance, RoutedExpertsConfig, RoutingOptions, option
-from avalanche_color.utils.checks import non_negative_int, one_of, positive
+from avalanche_color.utils.checks import one_of, positive, positive_int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -18,12 +18,12 @@ class PromptOptions(RoutingOptions):
     are routed to the experts.
 
     Attributes:
-        prompt_length: tokens per expert (S-Prompts: 10); 0 leaves only the head.
+        prompt_length: tokens per expert (S-Prompts: 10); at least 1.
         distance: routing distance; L1 as S-Prompts' code (``methods/sprompt.py``), where CoLoR's
             authors' code routes by Euclidean distance.
     """
 
-    prompt_length: int = option(10, non_negative_int, expert_setting=True)
+    prompt_length: int = option(10, positive_int, expert_setting=True)
     distance: Distance = option("l1", one_of(DISTANCES), expert_setting=True)
 
 

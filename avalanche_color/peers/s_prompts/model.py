@@ -39,8 +39,7 @@ class PromptExpertViT(RoutedExpertViT):
         vit: a timm ``VisionTransformer``; it is frozen, not changed.
         config: :class:`~avalanche_color.config.PromptOptions` (or a
             :class:`~avalanche_color.config.SPromptsConfig`); keyword options
-            (``prompt_length``, ``routing_features``, ``router``, ``distance``, ...) replace its fields.
-            ``prompt_length=0`` leaves only the head (a linear probe per experience).
+            (``prompt_length``, at least 1, ``routing_features``, ``router``, ``distance``, ...) replace its fields.
     """
 
     config: PromptOptions
