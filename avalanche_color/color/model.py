@@ -39,6 +39,7 @@ class ExpertViT(RoutedExpertViT):
     config: LoRAOptions
     options_class = LoRAOptions
     expert_shape_options = ("rank",)
+    mixed_kernel = "auto"  # the qkv layers take one expert per sample: gathered on CUDA, runs on a CPU
 
     def __init__(self, vit: nn.Module, config: Optional[LoRAOptions] = None, /, **options: Any) -> None:
         check_vit(vit)

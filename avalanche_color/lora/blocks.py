@@ -52,7 +52,7 @@ def attention_forward(attn: Attention, x: Tensor, experts: ExpertSelection, trai
     else:
         weights = (q * attn.scale) @ k.transpose(-2, -1)
         x = attn.attn_drop(weights.softmax(dim=-1)) @ v
-    x = attn.norm(x.transpose(1, 2).reshape(batch, tokens, -1))
+    x = attn.norm(x.transpose(1, 2).reshape(batch, tokens, attn.num_heads * attn.head_dim))  # no -1: an empty batch too
     if gate is not None:
         x = x * gate
     return attn.proj_drop(attn.proj(x))

@@ -18,6 +18,12 @@ never by ``requires_grad`` or the grad mode:
   (built per forward: a d x r x 2d product, small next to the tokens' matmul), or, for a
   mixed batch, one frozen matmul for the whole batch with each expert's update added in
   place on its run of samples.
+
+A mixed batch can also come unsorted, as one expert index per sample (a tensor): then every
+expert's A and B are stacked (cached, :mod:`avalanche_color.lora.stacked`), each sample's factors
+gathered by its index and applied with two batched matmuls. Its kernels do not grow with the
+number of experts, its shapes are fixed and it needs no host sync (for GPUs, CUDA graphs and
+``torch.compile``); on a CPU the runs of a sorted batch are faster.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from avalanche_color.lora.segments import ExpertSelection
+from avalanche_color.lora.stacked import cached_stacks, pad_dim, source_key, with_live_slot
 
 
 class QVLoRA(nn.Module):
@@ -103,12 +110,15 @@ class QKVExperts(nn.Module):
         Args:
             x: tokens (..., in_features).
             experts: ``None`` for the bare backbone, an int for one expert on the whole
-                batch, or ``Segments`` for one expert per run of samples.
+                batch, ``Segments`` for one expert per run of samples, or a (batch,) integer
+                tensor: one expert per sample, in any order (gathered, see the module docstring).
             trained: the expert that trains: computed low-rank, so gradients reach its A and B;
                 every other expert is computed frozen (merged, or its update added in place).
         """
         if experts is None:
             return self.base_layer(x)
+        if isinstance(experts, Tensor):
+            return self._gathered_forward(x, experts, trained)
         if isinstance(experts, int):
             if experts == trained:
                 return self._low_rank_forward(x, self.experts[experts])
@@ -139,6 +149,44 @@ class QKVExperts(nn.Module):
         weight = self.base_layer.weight
         return torch.cat((weight[:d] + delta[0], weight[d : 2 * d], weight[2 * d :] + delta[1]))
 
+    def _gathered_forward(self, x: Tensor, experts: Tensor, trained: Optional[int]) -> Tensor:
+        """``base(x)`` plus each sample's expert's q and v updates, its factors gathered by ``experts[i]``.
+
+        Kernels: the frozen matmul, two gathers, two batched matmuls (down to 2r, up to q and v)
+        and one in-place add, whatever the number of experts; gradients reach ``trained``'s A and B.
+        """
+        out = self.base_layer(x)
+        batch, width = x.shape[0], x.shape[-1]
+        tokens = math.prod(x.shape[1:-1])
+        down, up = self.stacked_factors(trained)  # (E, 2r, in) and (E, 2, r, d), scaling in up
+        rank = down.shape[1] // 2
+        low = torch.bmm(x.reshape(batch, tokens, width), down.index_select(0, experts).transpose(1, 2))
+        # (batch, 2, tokens, r) @ (batch, 2, r, d): q and v in one batched matmul.
+        update = torch.matmul(low.view(batch, tokens, 2, rank).transpose(1, 2), up.index_select(0, experts))
+        qv_columns = out.view(batch, tokens, 3, self.head_width)[:, :, ::2]  # (batch, tokens, 2, d), a view
+        qv_columns.add_(update.transpose(1, 2).to(out.dtype))
+        return out
+
+    def stacked_factors(self, trained: Optional[int] = None) -> tuple[Tensor, Tensor]:
+        """Every expert's factors stacked: ``down`` (E, 2r, in) is ``[A_q; A_v]``, ``up`` (E, 2, r, d) is
+        ``scaling * [B_q^T, B_v^T]``; experts of a lower rank are padded with zeros to the largest.
+
+        Cached until an expert changes; the slot of ``trained`` is its live parameters, so that
+        gradients reach them (and its updates at each step need no new stack).
+        """
+        rank = max(expert.rank for expert in self.experts)
+        frozen = [expert for index, expert in enumerate(self.experts) if index != trained]
+        live = () if trained is None else (trained, self.experts[trained].A.dtype, self.experts[trained].A.device)
+        key = source_key([t for expert in frozen for t in (expert.A, expert.B)], len(self.experts), *live)
+        down, up = cached_stacks(self, key, lambda: (
+            torch.stack([_padded_down(expert, rank) for expert in self.experts]),
+            torch.stack([_padded_up(expert, rank) for expert in self.experts])))
+        if trained is None:
+            return down, up
+        expert = self.experts[trained]
+        return (with_live_slot(down, trained, _padded_down(expert, rank)),
+                with_live_slot(up, trained, _padded_up(expert, rank)))
+
     def _low_rank_forward(self, x: Tensor, expert: QVLoRA) -> Tensor:
         """``base(x)`` plus ``expert``'s q and v updates, differentiable (see :class:`QVLowRankLinear`)."""
         weight, bias = self.base_layer.weight, self.base_layer.bias
@@ -152,6 +200,16 @@ class QKVExperts(nn.Module):
                 return QVLowRankLinear.apply(cast(x), cast(weight), cast(bias), cast(expert.A), cast(expert.B),
                                              expert.scaling)
         return QVLowRankLinear.apply(x, weight, bias, expert.A, expert.B, expert.scaling)
+
+
+def _padded_down(expert: QVLoRA, rank: int) -> Tensor:
+    """(2 rank, in): the expert's A of q and of v, each zero-padded to ``rank`` rows."""
+    return pad_dim(expert.A, 1, rank).reshape(2 * rank, -1)
+
+
+def _padded_up(expert: QVLoRA, rank: int) -> Tensor:
+    """(2, rank, d): ``scaling * B^T`` of q and of v, each zero-padded to ``rank`` rows."""
+    return pad_dim(expert.B.transpose(1, 2) * expert.scaling, 1, rank)
 
 
 def _add_qv_update_(out: Tensor, low: Tensor, B: Tensor, scaling: float) -> None:

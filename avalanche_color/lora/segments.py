@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from typing import Optional, Union
 
+from torch import Tensor
+
 # (expert, run of samples) pairs covering a batch sorted by expert, in batch order.
 Segments = list[tuple[int, slice]]
-# What a forward computes with: None (the bare backbone), one expert, or runs of a sorted batch.
-ExpertSelection = Optional[Union[int, Segments]]
+# What a forward computes with: None (the bare backbone), one expert, runs of a sorted batch, or a
+# (batch,) tensor of one expert per sample in any order (for kernels that gather each sample's expert).
+ExpertSelection = Optional[Union[int, Segments, Tensor]]
 

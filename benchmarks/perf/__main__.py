@@ -3,6 +3,7 @@
     python -m benchmarks.perf                      # ViT-B/16 shape, CPU (CUDA when present)
     python -m benchmarks.perf --device cuda --batch-size 64 --bf16 --out benchmarks/results/perf-cuda.md
     python -m benchmarks.perf --only memory        # only the memory-growth section, replaced in --out
+    python -m benchmarks.perf --only kernels       # only the mixed-expert kernels section (benchmarks.perf.kernels)
 
 Everything runs in this one process on the same inputs. Timings are
 interleaved: after a warm-up round, each of ``--rounds`` rounds runs every
@@ -52,6 +53,7 @@ from torch import nn
 
 from avalanche_color import CoLoRConfig, InfLoRAConfig, InfLoRAViT, SDLoRAConfig, SDLoRAViT, fit_prototypes
 from avalanche_color.routing.class_router import ClassRouter
+from benchmarks.perf.kernels import kernel_section
 from benchmarks.perf.learners import learners, settings
 from benchmarks.perf.memory import training_memory
 from benchmarks.perf.memory_growth import measure_growth, section
@@ -107,8 +109,10 @@ def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
                         help="comma-separated numbers of experiences learned for the memory rows ('' for none)")
     parser.add_argument("--memory-model", default="vit_small_patch16_224",
                         help="timm model name of the memory rows (random weights)")
-    parser.add_argument("--only", choices=("memory",), default=None,
-                        help="'memory': only the memory rows, their section replaced in --out (the rest kept)")
+    parser.add_argument("--only", choices=("memory", "kernels"), default=None,
+                        help="'memory': only the memory rows; 'kernels': only the two mixed-expert kernels side by "
+                             "side (R3, R4, expert-pass overhead, operators per forward); their section replaced in "
+                             "--out (the rest kept)")
     parser.add_argument("--out", type=Path, default=RESULTS / "perf.md")
     return parser, parser.parse_args()
 
@@ -145,8 +149,9 @@ def main() -> None:
     if min(memory_counts, default=1) < 1 or (args.only == "memory" and not memory_counts):
         parser.error(f"--memory-experiences must be counts >= 1 (at least one with --only memory), "
                      f"got {args.memory_experiences!r}")
-    if args.only == "memory":  # the other rows' options play no part
-        text = memory_rows(parser, args, memory_counts, device, precision)
+    if args.only is not None:  # one section; the other rows' options play no part
+        text = (memory_rows(parser, args, memory_counts, device, precision) if args.only == "memory"
+                else kernel_section(args, command_line(parser, args), device, precision))
         print(text)
         old = args.out.read_text() if args.out.exists() else ""
         args.out.parent.mkdir(parents=True, exist_ok=True)
