@@ -83,6 +83,7 @@ _EXPORTS: dict[str, str] = {
     "backbone_transform": "avalanche_color.backbones.preprocessing",
     "fit_class_prototypes": "avalanche_color.routing.prototypes",
     "fit_prototypes": "avalanche_color.routing.prototypes",
+    "init_distributed": "avalanche_color.training.distributed",
     "read_checkpoint": "avalanche_color.training.checkpoint",
     "routing_accuracy_metrics": "avalanche_color.evaluation.routing_accuracy",
     "train_stream": "avalanche_color.training.resume",
@@ -142,6 +143,7 @@ __all__ = [
     "experience_classes",
     "fit_class_prototypes",
     "fit_prototypes",
+    "init_distributed",
     "loader_options",
     "read_checkpoint",
     "routing_accuracy_metrics",
@@ -194,6 +196,7 @@ if TYPE_CHECKING:  # what editors and type checkers see: the same names, importe
     from avalanche_color.routing.router import PrototypeRouter
     from avalanche_color.training.checkpoint import CheckpointError, read_checkpoint
     from avalanche_color.training.data_checks import DataChecksPlugin
+    from avalanche_color.training.distributed import init_distributed
     from avalanche_color.training.resume import CheckpointPlugin, train_stream
     from avalanche_color.training.router_plugin import PrototypeRouterPlugin
     from avalanche_color.training.template import RoutedExpertsTemplate

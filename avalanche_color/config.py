@@ -5,8 +5,9 @@ The options are frozen dataclasses, grouped by the part of the method they set:
 * :class:`RoutingOptions`: how samples reach an expert (routing features, router).
 * :class:`PrototypeOptions`: the k-means prototypes fitted after each experience.
 * :class:`LoaderOptions`: how data is loaded (DataLoader worker processes, pinned memory).
-* :class:`TrainingOptions`: the learning rate and the budget (Avalanche's mini-batch
-  sizes, epochs and periodic evaluation); :class:`ExpertTrainingOptions` adds SGD's
+* :class:`TrainingOptions`: the learning rate, the budget (Avalanche's mini-batch
+  sizes, epochs and periodic evaluation) and the numeric precision (``precision``, Lightning's
+  names); :class:`ExpertTrainingOptions` adds SGD's
   settings and the data checks of the routed-expert strategies.
 * :class:`RoutedExpertsConfig`: all of them, what CoLoR and S-Prompts share.
 
@@ -37,12 +38,16 @@ Router = Literal["prototypes", "ridge", "gaussian", "oracle"]
 Routing = Literal["backbone", "first_expert", "oracle"]  # deprecated: routing_features and router say it
 Distance = Literal["euclidean", "l1", "cosine"]
 PrototypeData = Literal["train", "eval"]
+# Lightning's names: float32 throughout; the forward and the loss under bfloat16 or float16 autocast
+# (trained weights stay float32; float16 with a gradient scaler).
+Precision = Literal["32-true", "bf16-mixed", "16-mixed"]
 
 ROUTING_FEATURES: tuple[str, ...] = RoutingFeatures.__args__  # type: ignore[attr-defined]
 ROUTINGS: tuple[str, ...] = Routing.__args__  # type: ignore[attr-defined]
 ROUTERS: tuple[str, ...] = Router.__args__  # type: ignore[attr-defined]
 DISTANCES: tuple[str, ...] = Distance.__args__  # type: ignore[attr-defined]
 PROTOTYPE_DATA: tuple[str, ...] = PrototypeData.__args__  # type: ignore[attr-defined]
+PRECISIONS: tuple[str, ...] = Precision.__args__  # type: ignore[attr-defined]
 
 Config = TypeVar("Config", bound="Options")
 
@@ -140,6 +145,9 @@ class RoutingOptions(Options):
         cache_evaluation: reuse routing features and frozen experts' outputs across
             evaluations (exact; pays off when the same test stream is evaluated
             after every experience with deterministic transforms).
+        cache_evaluation_bytes: the most host memory that cache takes (half for routing features,
+            half for logits; the oldest entries go first). 1 GiB holds the routing features of
+            about 170,000 images of a ViT-B/16.
 
     The option ``routing`` of earlier versions (``"backbone"``, ``"first_expert"``, ``"oracle"``)
     is still accepted by :meth:`build` with a ``DeprecationWarning`` (see :meth:`without_routing`).
@@ -151,6 +159,7 @@ class RoutingOptions(Options):
     distance: Distance = option("euclidean", one_of(DISTANCES), expert_setting=True)
     normalize_features: bool = option(True, boolean, expert_setting=True)
     cache_evaluation: bool = option(False, boolean)
+    cache_evaluation_bytes: int = option(2**30, positive_int)
 
     @classmethod
     def build(cls: type[Config], config: Optional["Options"] = None, /, **options: Any) -> Config:
@@ -243,12 +252,19 @@ class LoaderOptions(Options):
 
 @dataclass(frozen=True, kw_only=True)
 class TrainingOptions(Options):
-    """The learning rate and the budget.
+    """The learning rate, the budget and the numeric precision.
 
     Attributes:
         lr: learning rate.
         train_mb_size, train_epochs, eval_mb_size, eval_every: as in Avalanche's
             ``SupervisedTemplate``.
+        precision: Lightning's names. ``"32-true"``: float32 throughout. ``"bf16-mixed"``: each
+            training and evaluation forward and its loss run under ``torch.autocast(bfloat16)``; the
+            trained weights (experts, heads, prompts, magnitudes) and their updates stay float32,
+            and the routers, k-means and the closed-form solvers compute in float32/float64.
+            ``"16-mixed"``: the same with float16, and a gradient scaler
+            (:mod:`avalanche_color.training.precision`). Not an expert setting: a model trained
+            under one precision loads and continues under another.
     """
 
     lr: float = option(1e-3, positive)
@@ -256,6 +272,7 @@ class TrainingOptions(Options):
     train_epochs: int = option(50, positive_int)
     eval_mb_size: int = option(128, positive_int)
     eval_every: int = option(-1, integer)
+    precision: Precision = option("32-true", one_of(PRECISIONS))
 
 
 @dataclass(frozen=True, kw_only=True)

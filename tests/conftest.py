@@ -8,6 +8,16 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 warnings.filterwarnings("ignore", message="no QP solver found")
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``cuda`` run where CUDA exists and are skipped elsewhere (``pytest -m cuda`` selects them)."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
+
+
 TINY_VIT = dict(img_size=16, patch_size=4, embed_dim=32, depth=2, num_heads=2)
 
 

@@ -3,8 +3,11 @@
 Usage: torchrun --standalone --nproc_per_node=N tests/distributed_run.py OUT_DIR TRAIN_MB_SIZE [ROUTER ROUTER_WIDTH]
 Writes OUT_DIR/rank{RANK}.pt: prototypes, class-router state (with a ROUTER other than
 prototypes), stream accuracy and the labels each evaluation experience's metrics saw.
+The process group's backend: $AVALANCHE_COLOR_TEST_BACKEND, "gloo" (CPU, the default) or "nccl"
+(each rank on cuda:{LOCAL_RANK}).
 """
 
+import os
 import sys
 from pathlib import Path
 
@@ -14,15 +17,16 @@ torch.set_num_threads(1)
 
 from avalanche.distributed import DistributedHelper  # noqa: E402
 
+from avalanche_color.training.distributed import init_distributed  # noqa: E402
 from helpers import UNSATURATED, SeenLabels, stream_metric, tiny_color, train_all  # noqa: E402
 from streams import class_stream  # noqa: E402
 
 
 def main(out: Path, train_mb_size: int, router_kind: str, router_width: int) -> None:
-    DistributedHelper.init_distributed(0, backend="gloo", use_cuda=False)
+    device = init_distributed(0, backend=os.environ.get("AVALANCHE_COLOR_TEST_BACKEND", "gloo"))
     seen = SeenLabels()
     strategy = tiny_color(train_mb_size=train_mb_size, plugins=[seen], router=router_kind, router_width=router_width,
-                          **UNSATURATED)
+                          device=device, **UNSATURATED)
     router = strategy.model.router
     results = train_all(strategy, class_stream())
     torch.save(
@@ -33,7 +37,8 @@ def main(out: Path, train_mb_size: int, router_kind: str, router_width: int) -> 
             "class_router": {k: v.cpu() for k, v in router.state_dict().items()} if router_kind != "prototypes" else None,
             "accuracy": stream_metric(results, "Top1_Acc"),
             "routing_accuracy": stream_metric(results, "RoutingAcc"),
-            "seen_labels": {exp: torch.cat(batches) for exp, batches in seen.labels.items()},
+            "seen_labels": {exp: torch.cat(batches).cpu() for exp, batches in seen.labels.items()},
+            "device": str(device),
         },
         out / f"rank{DistributedHelper.rank}.pt",
     )

@@ -1,4 +1,5 @@
-"""CoLoR under torchrun: 2 CPU processes (gloo) against a single-process run on the same data."""
+"""CoLoR under torchrun: 2 CPU processes (gloo) against a single-process run on the same data; the same on
+2 GPUs with NCCL where there are (marked ``cuda``); the tensor collectives; each rank's device."""
 
 import json
 import os
@@ -18,10 +19,11 @@ PER_RANK_BATCH = 8
 ROUTER_WIDTH = 128
 
 
-def launch_two_ranks(out: Path, router: str = "prototypes") -> list[dict]:
-    """What each of 2 gloo ranks ended with after training and evaluating tiny CoLoR on class_stream."""
+def launch_two_ranks(out: Path, router: str = "prototypes", backend: str = "gloo") -> list[dict]:
+    """What each of 2 ranks (``backend``: gloo on CPU, or nccl on 2 GPUs) ended with after training and
+    evaluating tiny CoLoR on class_stream."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), os.environ.get("PYTHONPATH", "")]),
-           "OMP_NUM_THREADS": "1"}
+           "OMP_NUM_THREADS": "1", "AVALANCHE_COLOR_TEST_BACKEND": backend}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                str(TESTS / "distributed_run.py"), str(out), str(PER_RANK_BATCH), router, str(ROUTER_WIDTH)]
     run = subprocess.run(command, cwd=TESTS, env=env, capture_output=True, text=True, timeout=120)
@@ -142,3 +144,79 @@ def test_comparison_runner_refuses_methods_without_distributed_support(tmp_path)
         check_distributed(config)
     with pytest.raises(RunConfigError, match="resume is not supported under torchrun"):
         check_distributed(RunConfig(benchmark="digits_class", methods=("CoLoR",), resume=True))
+
+
+# ---------------------------------------------------------------------- NCCL, collectives, devices
+
+
+@pytest.mark.cuda
+def test_two_gpus_under_nccl_match_the_gloo_run(tmp_path, two_ranks):
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    first, second = launch_two_ranks(tmp_path, backend="nccl")
+    assert [first["device"], second["device"]] == ["cuda:0", "cuda:1"]
+    assert torch.equal(first["prototypes"], second["prototypes"]) and torch.equal(first["owners"], second["owners"])
+    assert torch.equal(first["owners"], two_ranks[0]["owners"])
+    torch.testing.assert_close(first["prototypes"], two_ranks[0]["prototypes"], atol=1e-3, rtol=1e-3)
+    assert abs(first["accuracy"] - two_ranks[0]["accuracy"]) <= 0.05
+    for experience, labels in two_ranks[0]["seen_labels"].items():
+        assert torch.equal(first["seen_labels"][experience], labels)
+
+
+def test_tensor_collectives_move_tensors_without_pickling_them(tmp_path):
+    # The code path NCCL takes (tensor all_gather and broadcast, shapes first), run on gloo with CPU tensors.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), os.environ.get("PYTHONPATH", "")]),
+           "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+               str(TESTS / "collectives_run.py"), str(tmp_path)]
+    run = subprocess.run(command, cwd=TESTS, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-4000:]
+    first, second = (torch.load(tmp_path / f"rank{rank}.pt") for rank in range(2))
+    for rank in (first, second):
+        # Rank 0 gives 3 rows, rank 1 none (an empty shard), then 2 rows: gathered in rank order.
+        assert torch.equal(rank["gathered"], torch.arange(5 * 4, dtype=torch.float32).reshape(5, 4))
+        assert torch.equal(rank["empty_then_rows"], torch.tensor([7, 8], dtype=torch.int64))
+        assert rank["bf16"].dtype == torch.bfloat16 and torch.equal(rank["bf16"], first["bf16"])
+        assert torch.equal(rank["broadcast"], torch.arange(24, dtype=torch.float64).reshape(2, 3, 4))
+        assert rank["broadcast_dtype"] == torch.float64
+    assert first["pickled"] == second["pickled"] == 0
+
+
+@pytest.mark.parametrize("environ, use_cuda, expected", [
+    ({"LOCAL_RANK": "3", "RANK": "11", "WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8"}, True, "cuda:3"),
+    ({"LOCAL_RANK": "0", "RANK": "8", "WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8"}, True, "cuda:0"),
+    ({"LOCAL_RANK": "1", "RANK": "1", "WORLD_SIZE": "2"}, True, "cuda:1"),
+    ({"LOCAL_RANK": "5", "RANK": "13", "WORLD_SIZE": "16"}, False, "cpu"),
+])
+def test_each_rank_takes_the_gpu_of_its_local_rank_on_its_own_node(environ, use_cuda, expected, monkeypatch):
+    from avalanche_color.training.distributed import local_device
+
+    for name in ("LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    assert local_device(use_cuda) == torch.device(expected)  # read from os.environ
+    assert local_device(use_cuda, environ) == torch.device(expected)  # or from the mapping given
+
+
+def test_init_distributed_makes_avalanches_helper_answer_the_local_rank_device(monkeypatch):
+    # Avalanche's make_device maps to cuda:{RANK}; after init_distributed it answers cuda:{LOCAL_RANK}.
+    from avalanche.distributed import DistributedHelper
+
+    from avalanche_color.training import distributed
+
+    calls = {}
+    monkeypatch.setattr(DistributedHelper, "init_distributed",
+                        lambda seed, backend, use_cuda: calls.update(seed=seed, backend=backend, use_cuda=use_cuda))
+    monkeypatch.setattr(DistributedHelper, "use_cuda", True, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls.setdefault("set", []).append(str(device)))
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    monkeypatch.setenv("RANK", "10")
+    try:
+        device = distributed.init_distributed(7)
+        assert device == torch.device("cuda:2") and DistributedHelper.make_device() == torch.device("cuda:2")
+        assert calls["backend"] == "nccl" and calls["use_cuda"] and calls["seed"] == 7
+        assert calls["set"] == ["cuda:2"]  # before the process group starts, as NCCL needs
+    finally:
+        vars(DistributedHelper).pop("make_device", None)  # Avalanche's own method again

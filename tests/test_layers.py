@@ -25,9 +25,11 @@ LAYERS: list[set[str]] = [
     {"runner"},  # the comparison runner: uses the public API (below), never the layers' modules
 ]
 # Modules of the package a layer may import besides its own folder and lower layers' folders:
-# the runner, on top, uses what a user can (the top-level API, the backbones module and the value checks).
+# the runner, on top, uses what a user can (the top-level API, the backbones module, the value checks, and
+# the option declarations a command line reads without torch: avalanche_color.config, e.g. its PRECISIONS).
 PUBLIC_API_USERS = {"runner"}
-PUBLIC_MODULES = {"avalanche_color", "avalanche_color.backbones", "avalanche_color.utils.checks"}
+PUBLIC_MODULES = {"avalanche_color", "avalanche_color.backbones", "avalanche_color.utils.checks",
+                  "avalanche_color.config"}
 RANK = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
 
 

@@ -44,10 +44,14 @@ def test_every_flag_is_a_config_field_with_its_default_and_help():
 def test_each_committed_command_gives_the_config_its_results_record(folder):
     """The committed tables stay reproducible: each recorded command (as the runner reads it now)
     gives every setting its results.json records, the defaults included."""
-    recorded = json.loads((RESULTS / folder / "results.json").read_text())["config"]
+    results = json.loads((RESULTS / folder / "results.json").read_text())
+    recorded = results["config"]
     words = shlex.split(recorded["command"])
     flags = [word for word in words[words.index("--benchmark"):] if word != "--publish"]
-    now = config_record(parsed(*flags))
+    config = parsed(*flags)
+    # --workers' default depends on the device (0 on the CPU): the results record the number used.
+    device = results["device"].split(":")[0]  # the machine the table ran on: "cpu: AMD EPYC ..."
+    now = config_record(dataclasses.replace(config, workers=config.loader_workers(device)))
     ignored = {"out", "command", "resume"}  # where it was written and how it was called
     differing = {name: (recorded[name], now[name]) for name in recorded
                  if name in now and name not in ignored and recorded[name] != now[name]}

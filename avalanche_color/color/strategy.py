@@ -12,7 +12,7 @@ from torch import nn
 
 from avalanche_color.color.config import CoLoRConfig, LoRAOptions
 from avalanche_color.color.model import ExpertViT
-from avalanche_color.config import Distance, PrototypeData, Router, RoutingFeatures
+from avalanche_color.config import Distance, Precision, PrototypeData, Router, RoutingFeatures
 from avalanche_color.training.template import RoutedExpertsTemplate
 
 
@@ -23,7 +23,7 @@ class CoLoR(RoutedExpertsTemplate):
     every block of a frozen ViT, plus a linear head), trained with SGD and a
     cosine schedule that restarts per experience. After each experience,
     k-means over the experience's features gives k prototypes; at evaluation
-    every sample goes to the expert of its nearest prototype::
+    every sample goes to the expert of its nearest prototype. For example:
 
         strategy = CoLoR(vit, rank=8, k=20)
         strategy = CoLoR(vit, config=CoLoRConfig(rank=8, k=20), device="cuda")  # the same options, as one object
@@ -51,6 +51,7 @@ class CoLoR(RoutedExpertsTemplate):
         distance: Distance = "euclidean",
         normalize_features: bool = True,
         cache_evaluation: bool = False,
+        cache_evaluation_bytes: int = 1073741824,
         k: int = 5,
         kmeans_seed: int = 0,
         kmeans_n_init: int = 10,
@@ -64,6 +65,7 @@ class CoLoR(RoutedExpertsTemplate):
         train_epochs: int = 50,
         eval_mb_size: int = 128,
         eval_every: int = -1,
+        precision: Precision = "32-true",
         check_data: bool = True,
         num_workers: int = 0,
         pin_memory: Optional[bool] = None,
@@ -98,6 +100,8 @@ class CoLoR(RoutedExpertsTemplate):
             cache_evaluation: reuse routing features and frozen experts' outputs across
                 evaluations (exact; pays off when one test stream is evaluated after every
                 experience with deterministic transforms).
+            cache_evaluation_bytes: the most host memory the evaluation cache takes (default 1 GiB: the
+                routing features of about 170,000 images of a ViT-B/16); the oldest entries go first.
             k: prototypes per experience (the paper: 5 domain-incremental, 20 class-incremental).
             kmeans_seed: k-means ``random_state``.
             kmeans_n_init: k-means restarts (explicit: scikit-learn's default changed in 1.4).
@@ -115,6 +119,9 @@ class CoLoR(RoutedExpertsTemplate):
             eval_every: Avalanche's periodic evaluation during training: every that many epochs
                 (or iterations, with ``peval_mode="iteration"``); 0: at the end of each experience
                 only; -1: never.
+            precision: ``"32-true"`` (float32); ``"bf16-mixed"`` or ``"16-mixed"``: each forward and its loss
+                under bfloat16 or float16 autocast, the trained weights kept float32 (float16 with a gradient
+                scaler; see :mod:`avalanche_color.training.precision`). Give the ViT in float32.
             check_data: scan each training experience for bad data before its expert exists.
             num_workers: DataLoader worker processes of every loader (0: in this process).
             pin_memory: page-locked batches; None: when the device is CUDA.

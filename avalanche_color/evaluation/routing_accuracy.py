@@ -1,4 +1,8 @@
-"""Routing accuracy: how often the router picks the expert of a sample's own experience."""
+"""Routing accuracy: how often the router picks the expert of a sample's own experience.
+
+The counts stay on the model's device while batches come (no host sync per evaluation batch);
+they are read once, when the metric's result is asked for.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import torch
 from avalanche.evaluation import GenericPluginMetric, Metric
 
 from avalanche_color.experts.routed_vit import RoutedExpertViT
+from avalanche_color.utils.host_values import host_value
 
 if TYPE_CHECKING:
     from avalanche.evaluation.metric_results import MetricResult
@@ -22,25 +27,47 @@ class RoutedShare(Metric[Optional[float]]):
     """
 
     def __init__(self) -> None:
-        self.correct = 0
         self.total = 0
-        self.experts: Counter[int] = Counter()
+        self._correct: Optional[torch.Tensor] = None  # on the device of the batches: summed without a sync
+        self._experts: Optional[torch.Tensor] = None  # samples per expert index, on that device
 
-    def update(self, correct: torch.Tensor, experts: Optional[torch.Tensor] = None) -> None:
+    def update(self, correct: torch.Tensor, experts: Optional[torch.Tensor] = None,
+               num_experts: Optional[int] = None) -> None:
         """Count a batch: ``correct`` says per sample whether it went to an expert of its own experience,
-        ``experts`` (if given) which expert each sample went to."""
-        self.correct += int(correct.sum())
+        ``experts`` (if given) which expert each sample went to, each below ``num_experts`` (None: read
+        from ``experts``, a host sync)."""
+        counted = correct.sum()
+        self._correct = counted if self._correct is None else self._correct + counted.to(self._correct.device)
         self.total += correct.numel()
         if experts is not None:
-            self.experts.update(experts.tolist())
+            experts = experts.flatten().long()
+            size = int(experts.max()) + 1 if num_experts is None else num_experts
+            counts = self._experts
+            if counts is None or counts.device != experts.device:
+                counts = torch.zeros(size, dtype=torch.long, device=experts.device)
+            elif len(counts) < size:
+                counts = torch.nn.functional.pad(counts, (0, size - len(counts)))
+            self._experts = counts.scatter_add(0, experts, torch.ones_like(experts))
+
+    @property
+    def correct(self) -> int:
+        """Samples routed to their own expert (read on the host)."""
+        return 0 if self._correct is None else int(self._correct)
+
+    @property
+    def experts(self) -> Counter[int]:
+        """Expert index -> the samples it answered (read on the host)."""
+        if self._experts is None:
+            return Counter()
+        return Counter({expert: count for expert, count in enumerate(self._experts.tolist()) if count})
 
     def result(self) -> Optional[float]:
         return self.correct / self.total if self.total else None
 
     def reset(self) -> None:
-        self.correct = 0
         self.total = 0
-        self.experts = Counter()
+        self._correct = None
+        self._experts = None
 
 
 class RoutingAccuracy(GenericPluginMetric[Optional[float], RoutedShare]):
@@ -65,9 +92,10 @@ class RoutingAccuracy(GenericPluginMetric[Optional[float], RoutedShare]):
             return
         experience = strategy.experience.current_experience
         origins = model.bank.experiences
-        if bool((origins == experience).any()):  # a revisited experience has several experts
-            routed = model.routed_experts.to(origins.device)
-            self._metric.update(origins[routed] == experience, routed)
+        # Each expert's experience, as Python ints read once per expert added (not per batch).
+        if experience in host_value(model.bank, "experiences", origins, lambda tensor: tensor.tolist()):
+            routed = model.routed_experts.to(origins.device)  # a revisited experience has several experts
+            self._metric.update(origins[routed] == experience, routed, num_experts=len(origins))
 
     @property
     def per_experience(self) -> bool:

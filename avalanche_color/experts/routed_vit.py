@@ -24,11 +24,12 @@ from avalanche_color.experts.adaptation import adapt_to_experience
 from avalanche_color.experts.backbone import backbone_dtype, check_vision_transformer
 from avalanche_color.experts.bank import ExpertBank
 from avalanche_color.experts.heads import ExpertHead, check_classes
-from avalanche_color.experts.prediction import check_experts, predict
+from avalanche_color.experts.prediction import MixedKernel, check_experts, predict
 from avalanche_color.experts.pretrained import from_pretrained, save_pretrained
 from avalanche_color.experts.stored_state import check_stored_shapes, renamed_keys, stored_expert_classes
 from avalanche_color.lora.segments import ExpertSelection
 from avalanche_color.routing.eval_cache import EvalCache, image_keys
+from avalanche_color.utils.host_values import host_value
 from avalanche_color.routing.routers import make_router
 from avalanche_color.utils.files import PathLike
 
@@ -58,7 +59,13 @@ class RoutedExpertViT(MultiTaskModule):
 
     options_class: ClassVar[type[RoutingOptions]] = RoutingOptions
     expert_shape_options: ClassVar[tuple[str, ...]] = ()
+    # How a batch that mixes experts is computed (experts.prediction): "gathered" and "auto" (gathered on
+    # CUDA) need a features() that takes one expert per sample as a tensor; set it to force a kernel.
+    mixed_kernel: MixedKernel = "segments"
     routed_experts: Optional[Tensor]
+    # (number of heads, one past their largest class id) as Python ints: read from the heads' class tensors
+    # once per change (an expert added, a state loaded), not in every forward (a host sync on a GPU).
+    _head_classes: Optional[tuple[int, int]] = None
     """The experts the last eval-mode forward routed its batch to (all ranks' under torchrun, see
     :func:`~avalanche_color.training.distributed.gather_eval_batch`); None after any other forward."""
 
@@ -70,8 +77,10 @@ class RoutedExpertViT(MultiTaskModule):
         # What the backbone owns, recorded once, before any expert exists: never saved with the experts.
         self.backbone_keys = frozenset(self.backbone.state_dict(prefix="backbone."))
         self.bank = ExpertBank(slots)
+        self._head_classes = (0, 0)  # no head yet: known without a read
         self.router = make_router(config, self.num_features)
-        self.eval_cache: Optional[EvalCache] = EvalCache() if config.cache_evaluation else None
+        self.eval_cache: Optional[EvalCache] = (EvalCache(config.cache_evaluation_bytes) if config.cache_evaluation
+                                                else None)
         self.routed_experts = None
         self.register_load_state_dict_post_hook(RoutedExpertViT._after_loading)
 
@@ -97,8 +106,10 @@ class RoutedExpertViT(MultiTaskModule):
     def num_classes(self) -> int:
         """One past the largest class id of any expert or adapted experience (Avalanche adapts the
         model to evaluation experiences too: classes no expert knows yet get -inf)."""
-        known = max((int(h.classes.max()) + 1 for h in self.bank.heads), default=0)
-        return max(known, self.max_class_label)
+        heads = self.bank.heads
+        if self._head_classes is None or self._head_classes[0] != len(heads):
+            self._head_classes = (len(heads), max((int(h.classes.max()) + 1 for h in heads), default=0))
+        return max(self._head_classes[1], self.max_class_label)
 
     @property
     def device(self) -> torch.device:
@@ -109,7 +120,11 @@ class RoutedExpertViT(MultiTaskModule):
         check_classes(classes)  # before anything is made
         modules = self.new_expert_modules()  # before the head: the order the initialisations draw in
         head = ExpertHead(self.num_features, classes).to(self.device, backbone_dtype(self.backbone))
-        return self.bank.start_expert(modules, head, experience, task)
+        known = self._head_classes
+        index = self.bank.start_expert(modules, head, experience, task)
+        if known is not None and known[0] == len(self.bank.heads) - 1:  # the class count from the ids given
+            self._head_classes = (len(self.bank.heads), max(known[1], max(int(c) for c in classes) + 1))
+        return index
 
     add_expert = start_expert  # its earlier name
 
@@ -171,7 +186,8 @@ class RoutedExpertViT(MultiTaskModule):
             return logits
         else:
             experts = self.routed_experts = self.route(x, task_labels)
-        return predict(self.features, self.bank.heads, self.num_classes, x, experts, self.bank.trainable)
+        return predict(self.features, self.bank.heads, self.num_classes, x, experts, self.bank.trainable,
+                       self.mixed_kernel)
 
     def training_expert(self) -> int:
         """The expert that trains: a train-mode forward predicts with it (a ``RuntimeError`` if none does)."""
@@ -195,14 +211,15 @@ class RoutedExpertViT(MultiTaskModule):
         with torch.no_grad():
             keys = image_keys(x)
             experts = self.route(x, task_labels, keys)
-            finished = self.bank.finished.tolist()
+            finished = host_value(self.bank, "finished", self.bank.finished, lambda tensor: tensor.tolist())
             return self.eval_cache.predict(x, keys, experts, self.num_classes, self.predict,
                                            lambda expert: finished[expert]), experts
 
     def predict(self, x: Tensor, experts: Union[int, Tensor]) -> Tensor:
         """Logits of the given experts: one index for the batch, or one per sample (a mixed batch is
-        sorted by expert, so each expert acts on a contiguous run of samples)."""
-        return predict(self.features, self.bank.heads, self.num_classes, x, experts, self.bank.trainable)
+        computed by ``mixed_kernel``, see :mod:`~avalanche_color.experts.prediction`)."""
+        return predict(self.features, self.bank.heads, self.num_classes, x, experts, self.bank.trainable,
+                       self.mixed_kernel)
 
     def train(self, mode: bool = True) -> "RoutedExpertViT":
         super().train(mode)
@@ -244,7 +261,9 @@ class RoutedExpertViT(MultiTaskModule):
         super()._load_from_state_dict(state_dict, prefix, *args)
 
     def _after_loading(self, *_: Any) -> None:
-        # After any load_state_dict: the newest unfinished expert trains, and cached work is dropped.
+        # After any load_state_dict: the newest unfinished expert trains, cached work is dropped, and the
+        # class count is read again from the loaded heads.
+        self._head_classes = None
         self.bank.set_trainable(self.bank.newest_unfinished())
         if self.eval_cache is not None:
             self.eval_cache.clear()

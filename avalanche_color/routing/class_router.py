@@ -23,6 +23,7 @@ from torch import Tensor
 from avalanche_color.routing.gaussian import GaussianClassifier
 from avalanche_color.routing.ridge import RandomFeatureRidge
 from avalanche_color.routing.router import Clustering, Router
+from avalanche_color.utils.precision import in_full_precision
 from avalanche_color.utils.state import take_stored_shapes
 
 ClassRouterKind = Literal["ridge", "gaussian"]
@@ -64,6 +65,7 @@ class ClassRouter(Router):
         return bool((self.pair_experts == expert).any())
 
     @torch.no_grad()
+    @in_full_precision
     def fit(self, expert: int, features: Tensor, labels: Tensor, *, clustering: Optional[Clustering] = None) -> None:
         """Fit ``expert``'s pairs from its experience's routing features and class labels.
 
@@ -88,6 +90,7 @@ class ClassRouter(Router):
         self.pending_features = self.pending_features[:0]
         self.pending_targets = self.pending_targets[:0]
 
+    @in_full_precision
     def pair_scores(self, features: Tensor) -> Tensor:
         """(n, pairs) scores; a pair's index is its position in ``pair_experts`` and ``pair_classes``."""
         if not self.pair_experts.numel():

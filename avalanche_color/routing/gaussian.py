@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from avalanche_color.routing.samples import check_samples
+from avalanche_color.utils.precision import in_full_precision
 from avalanche_color.utils.state import take_stored_shapes
 
 # The covariance is shrunk towards a multiple of the identity: S + SHRINKAGE * trace(S) / d * I.
@@ -46,16 +47,20 @@ class GaussianClassifier(nn.Module):
     def num_targets(self) -> int:
         return self.weight.shape[1]
 
+    @in_full_precision
     def forward(self, features: Tensor) -> Tensor:
-        """Scores (n, T): the log-density of each target's Gaussian, up to a term shared by all."""
+        """Scores (n, T): the log-density of each target's Gaussian, up to a term shared by all, in
+        float32 under any autocast (bfloat16 scores pick another target for a few percent of samples)."""
         return features.float() @ self.weight + self.bias
 
+    @in_full_precision
     def add(self, features: Tensor, targets: Tensor) -> None:
         """Add these samples to the accumulated statistics (the classifier is not solved again)."""
         check_samples(features, targets)
         self.counts, self.sums, self.second_moment = self._with(features, targets)
 
     @torch.no_grad()
+    @in_full_precision
     def fit(self, features: Tensor, targets: Tensor, *, keep: bool = True) -> None:
         """Solve the classifier over the accumulated statistics plus these samples.
 
@@ -80,14 +85,20 @@ class GaussianClassifier(nn.Module):
             self.counts, self.sums, self.second_moment = counts, sums, second_moment
 
     def _with(self, features: Tensor, targets: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """The accumulated statistics with these samples added (nothing stored)."""
+        """The accumulated statistics with these samples added (nothing stored).
+
+        The per-target sums are a one-hot matmul, not ``index_add``: on CUDA ``index_add`` adds with
+        atomics in no fixed order, so two ranks (or two runs) fitting the same samples would differ in
+        the last bits; a matmul and a column sum give the same bits every time.
+        """
         data = features.detach().to(self.sums.device, torch.float64)
         targets = targets.to(self.sums.device).long()
         count = max(len(self.counts), int(targets.max()) + 1)
         counts = nn.functional.pad(self.counts, (0, count - len(self.counts)))
         sums = nn.functional.pad(self.sums, (0, 0, 0, count - len(self.sums)))
-        counts = counts.index_add(0, targets, torch.ones_like(targets, dtype=torch.float64))
-        sums = sums.index_add(0, targets, data)
+        one_hot = nn.functional.one_hot(targets, count).to(torch.float64)  # (n, T)
+        counts = counts + one_hot.sum(dim=0)
+        sums = sums + one_hot.T @ data
         return counts, sums, self.second_moment + data.T @ data
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from avalanche_color.routing.samples import check_samples
+from avalanche_color.utils.precision import in_full_precision
 from avalanche_color.utils.state import take_stored_shapes
 
 # λ / (trace(G) / M) candidates.
@@ -64,12 +65,14 @@ class RandomFeatureRidge(nn.Module):
         """T, the number of targets the readout scores (one past the largest target fitted)."""
         return self.readout.shape[1]
 
+    @in_full_precision
     def expand(self, features: Tensor) -> Tensor:
-        """The random features ``relu(f P)``, (n, M), in float32."""
+        """The random features ``relu(f P)``, (n, M), in float32 (under any autocast)."""
         return torch.relu(features.float() @ self.projection)
 
+    @in_full_precision
     def forward(self, features: Tensor) -> Tensor:
-        """Scores (n, T) of every target for each feature row."""
+        """Scores (n, T) of every target for each feature row, in float32 under any autocast."""
         return self.expand(features) @ self.readout
 
     def statistics(self, features: Tensor, targets: Tensor, num_targets: int) -> tuple[Tensor, Tensor]:
@@ -78,6 +81,7 @@ class RandomFeatureRidge(nn.Module):
         one_hot = nn.functional.one_hot(targets.long(), num_targets).double()
         return expanded.T @ expanded, expanded.T @ one_hot
 
+    @in_full_precision
     def add(self, features: Tensor, targets: Tensor) -> None:
         """Add these samples to the accumulated statistics (the readout is not solved again)."""
         check_samples(features, targets)
@@ -85,6 +89,7 @@ class RandomFeatureRidge(nn.Module):
         self.gram, self.moments = gram, moments
 
     @torch.no_grad()
+    @in_full_precision
     def fit(self, features: Tensor, targets: Tensor, *, keep: bool = True) -> None:
         """Solve the readout over the accumulated statistics plus these samples.
 

@@ -5,6 +5,9 @@ expert's experience (its routing features and class labels), may be fitted again
 expert trains, is told when the expert is *finished*, and *routes* a batch: one expert index
 per sample. Every router keeps what it learned in its ``state_dict``.
 
+Every router computes in float32 or float64 under any ``torch.autocast``
+(:func:`~avalanche_color.utils.precision.full_precision`).
+
 * :class:`PrototypeRouter` (here): k-means centres of each experience's features; the
   nearest centre's expert (the paper).
 * :class:`~avalanche_color.routing.class_router.ClassRouter`: a classifier over
@@ -24,6 +27,7 @@ from torch import Tensor, nn
 from avalanche_color.config import DISTANCES, Distance
 from avalanche_color.routing.prototypes import kmeans_clustering
 from avalanche_color.utils.checks import one_of, require
+from avalanche_color.utils.precision import in_full_precision
 from avalanche_color.utils.state import take_stored_shapes
 
 # (features (n, d), class labels (n,)) -> prototypes (m, d): how an experience becomes prototypes.
@@ -111,9 +115,11 @@ class PrototypeRouter(Router):
         self.prototypes = torch.cat((old, centres))
         self.owners = torch.cat((self.owners[keep], owners))
 
+    @in_full_precision
     def forward(self, features: Optional[Tensor], task_labels: Optional[Tensor] = None,
                 expert_tasks: Optional[Tensor] = None) -> Tensor:
-        """The expert of each feature row's nearest prototype, shape (n,)."""
+        """The expert of each feature row's nearest prototype, shape (n,); the distances in float32
+        under any autocast (bfloat16 distances would change the nearest prototype of some samples)."""
         if not self.owners.numel():
             raise RuntimeError("no prototypes yet: the router is fitted after the first experience")
         if features is None:

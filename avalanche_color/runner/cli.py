@@ -26,6 +26,7 @@ from avalanche_color.utils.checks import boolean, optional, path, text
 
 PROGRAM = "avalanche-color"
 DEBUG_ENV = "AVALANCHE_COLOR_DEBUG"
+BACKEND_ENV = "AVALANCHE_COLOR_BACKEND"  # under torchrun: "nccl" or "gloo" (default: NCCL where CUDA is)
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,8 @@ class CommandLine:
     name: Optional[str] = setting(None, "the output folder's name (default: the benchmark)", optional(text))
     out_dir: Path = setting(DEFAULT_OUT, "the folder the output folder goes in", path)
     debug: bool = setting(False, f"show the traceback of an error (also: {DEBUG_ENV}=1)", boolean)
+    quiet: bool = setting(False, "show no progress bars (runs, experiences, epochs); errors and the final table "
+                                 "still print", boolean)
 
     def __post_init__(self) -> None:
         for spec in dataclasses.fields(self):
@@ -111,8 +114,8 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     args = command_parser.parse_args(argv)
     debug = getattr(args, "debug", False) or os.environ.get(DEBUG_ENV, "") not in ("", "0")
     try:
-        config, _ = config_from(args, argv)
-        return compare(config)
+        config, own = config_from(args, argv)
+        return compare(config, progress=not own.quiet)
     except RunConfigError as error:
         if debug:
             raise
@@ -133,28 +136,54 @@ def _flag_and_value(error: RunConfigError) -> str:
     return f"{name} {_shown(tuple(value)) if isinstance(value, (tuple, list)) else value}"
 
 
-def compare(config: RunConfig) -> dict[str, Any]:
-    """Runs the comparison (on several processes under torchrun) and prints its table."""
+def compare(config: RunConfig, progress: bool = True) -> dict[str, Any]:
+    """Runs the comparison (on several processes under torchrun) and prints its table; ``progress``: bars
+    for the runs and, inside each, its experiences, epochs and iterations with an ETA (main process only)."""
     import torch
     from avalanche.distributed import DistributedHelper
 
+    from avalanche_color import init_distributed
     from avalanche_color.runner.comparison import run_comparison
 
+    check_device(config.device)  # before anything is written
     # Avalanche's notices about its own internals, not about this run: kept off the terminal.
     warnings.filterwarnings("ignore", message="No loggers specified")
     hide_avalanche_deprecations()
-    if launched_by_torchrun():
-        cuda = torch.cuda.is_available()
-        DistributedHelper.init_distributed(config.seeds[0], backend="nccl" if cuda else "gloo", use_cuda=cuda)
+    if launched_by_torchrun():  # NCCL where CUDA is, each rank on cuda:{LOCAL_RANK} of its node
+        init_distributed(config.seeds[0], backend=os.environ.get(BACKEND_ENV) or None)
     main_process = DistributedHelper.is_main_process  # read before the process group goes
     try:
-        result = run_comparison(config, progress=main_process)
+        result = run_comparison(config, progress=progress and main_process)
     finally:
         if DistributedHelper.is_distributed:
             torch.distributed.destroy_process_group()
     if main_process:
         print(f"\n{result['table']}\n\nwritten to {config.output_folder}")
     return result
+
+
+def check_device(device: str) -> None:
+    """Refuse (:class:`RunConfigError` for ``--device``) a device this machine does not have, before
+    anything is loaded or written: ``auto``, ``cpu``, ``cuda`` and ``cuda:N`` where CUDA has device N."""
+    import torch
+
+    if device == "auto":
+        return
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise RunConfigError("device", device, "must be cpu, cuda, cuda:N or auto (cuda where there is one)") from None
+    if parsed.type == "cpu":
+        return
+    if parsed.type != "cuda":
+        raise RunConfigError("device", device, "must be cpu, cuda, cuda:N or auto (cuda where there is one)")
+    if not torch.cuda.is_available():
+        raise RunConfigError("device", device, f"this machine has no CUDA device (torch.cuda.is_available() is "
+                                               f"False, torch {torch.__version__}); pass --device cpu, or "
+                                               f"--device auto to use CUDA where there is one")
+    count = torch.cuda.device_count()
+    if parsed.index is not None and parsed.index >= count:
+        raise RunConfigError("device", device, f"this machine has {count} CUDA device(s): cuda:0 to cuda:{count - 1}")
 
 
 def console() -> None:

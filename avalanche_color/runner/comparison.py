@@ -3,6 +3,7 @@ every planned run in an attempt folder, and the results written when all have fi
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +43,7 @@ def prepare(config: RunConfig) -> Prepared:
     spec = benchmark_spec(config.benchmark)
     if DistributedHelper.is_distributed:
         check_distributed(config)
-        device = str(DistributedHelper.make_device())  # each rank's own (cuda:<rank> or cpu)
+        device = str(DistributedHelper.make_device())  # each rank's own: cuda:<LOCAL_RANK> (init_distributed) or cpu
     else:
         device = config.device if config.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -102,10 +103,12 @@ def run_comparison(config: RunConfig, progress: bool = True) -> dict[str, Any]:
             bar.set_postfix_str(f"{planned.label}, seed {planned.seed}")
             stream = ready.streams[(planned.seed, method(planned.method).task_labels)]
             runs.append(run_method(planned, stream, ready.spec, ready.backbone, config, ready.device, attempt,
-                                   lr=chosen(choices, planned.method)))
+                                   lr=chosen(choices, planned.method), progress=progress and main_process))
             bar.update()
 
-    result = {"config": config_record(config), "device": describe_machine(ready.device),
+    # The workers used (--workers' default depends on the device), so a results file says what ran.
+    used = dataclasses.replace(config, workers=config.loader_workers(ready.device))
+    result = {"config": config_record(used), "device": describe_machine(ready.device),
               "backbone": ready.record["backbone"], "code": ready.record["code"], "runs": runs}
     if config.tune is not None:
         result["tuning"] = tuning_record(config, choices)

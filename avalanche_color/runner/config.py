@@ -10,11 +10,13 @@ Importing this module imports no torch, so ``--help`` and a bad flag answer at o
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import MISSING, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from avalanche_color.benchmarks.registry import BENCHMARKS
+from avalanche_color.config import PRECISIONS
 from avalanche_color.runner.methods import METHODS, methods_allowed
 from avalanche_color.runner.presets import PRESETS, preset_settings
 from avalanche_color.utils.checks import (Check, anything, boolean, each, non_negative, non_negative_int, one_of,
@@ -26,6 +28,25 @@ LOGGERS = ("text", "csv", "tensorboard")
 NORMALISATIONS = ("backbone", "imagenet")
 DEFAULT_OUT = Path("runs")  # the output folders' parent, in the folder the command runs from
 TUNABLE = ("lr",)  # what --tune chooses, for every method alike (avalanche_color.runner.tuning)
+MAX_WORKERS = 8  # the most DataLoader workers --workers gives one process by default
+
+
+def default_workers(device: str, cpu_count: Optional[int] = None, processes_per_node: Optional[int] = None) -> int:
+    """``--workers``' default for a run on ``device``.
+
+    On a GPU: this machine's CPUs (those the process may use) shared by the processes torchrun starts
+    on it (``LOCAL_WORLD_SIZE``), less one kept for each process itself, at most :data:`MAX_WORKERS`
+    (a 16-CPU node: 8 with one process, 2 each with four): decoding and augmenting JPEGs in the
+    training process would starve the GPU. On the CPU: 0, since the model's own threads already use
+    every core, and worker processes would compete with them.
+    """
+    if not device.startswith("cuda"):
+        return 0
+    if cpu_count is None:
+        cpu_count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if processes_per_node is None:
+        processes_per_node = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    return max(0, min(MAX_WORKERS, cpu_count // max(processes_per_node, 1) - 1))
 
 
 class RunConfigError(ValueError):
@@ -101,8 +122,15 @@ class RunConfig:
     train_per_class: Optional[int] = setting(None, "subsample the training data (split_tiny_imagenet)",
                                              optional(positive_int))
     device: str = setting("auto", "cpu, cuda, cuda:N or auto (cuda where there is one)", text)
-    workers: int = setting(0, "DataLoader worker processes of every method (0: loading in this process)",
-                           non_negative_int)
+    precision: str = setting(
+        "32-true", "the package's strategies (CoLoR family, S-Prompts, L2P, SD-LoRA, InfLoRA): float32, or each "
+                   "forward and loss under bfloat16/float16 autocast with float32 trained weights; Avalanche's "
+                   "baselines, Joint-LoRA, NCM and RanPAC run in float32", one_of(PRECISIONS), choices=PRECISIONS)
+    workers: Optional[int] = setting(
+        None, f"DataLoader worker processes of every method (0: loading in this process; default: on a GPU this "
+              f"machine's CPUs less one, divided among torchrun's processes on a node, at most {MAX_WORKERS}: "
+              f"{default_workers('cuda')} here; on the CPU 0, as the model's threads use every core)",
+        optional(non_negative_int))
     out: Optional[Path] = setting(None, "the output folder", optional(path), cli=False)
     loggers: tuple[str, ...] = setting(LOGGERS, "Avalanche's loggers of each run, under <output>/logs/",
                                        subset_of(LOGGERS, allow_empty=True), choices=LOGGERS)
@@ -162,6 +190,10 @@ class RunConfig:
                                  f"so there is no task label to route by; must be among {list(allowed)}")
         if self.preset is not None:
             object.__setattr__(self, "preset_settings", preset_settings(self.preset, self.benchmark))
+
+    def loader_workers(self, device: str) -> int:
+        """``workers``, or its default for ``device`` (:func:`default_workers`)."""
+        return default_workers(device) if self.workers is None else self.workers
 
     @property
     def output_folder(self) -> Path:

@@ -26,6 +26,7 @@ from avalanche_color.runner.config import RunConfig
 from avalanche_color.runner.loggers import avalanche_loggers, wandb_logger
 from avalanche_color.runner.methods import MethodRun, method
 from avalanche_color.runner.plan import PlannedRun
+from avalanche_color.runner.progress import TrainingProgress
 from avalanche_color.runner.report import forgetting, weighted_mean
 
 # Task<t>/ is absent where the experiences declare no task labels (benchmark_from_datasets streams).
@@ -84,9 +85,10 @@ def build_method(name: str, config: RunConfig, backbone: Callable[[int], Any], n
 
 
 def run_method(planned: PlannedRun, benchmark, spec: BenchmarkSpec, backbone: VisionTransformer, config: RunConfig,
-               device: str, attempt: Path, lr: Optional[LearningRate] = None) -> dict[str, Any]:
+               device: str, attempt: Path, lr: Optional[LearningRate] = None, progress: bool = False) -> dict[str, Any]:
     """Trains and evaluates one planned run in the ``attempt`` folder; returns its record. ``lr``: a learning
-    rate in place of the method's own (a tuned one)."""
+    rate in place of the method's own (a tuned one); ``progress``: a bar per training experience, with the
+    epoch, iteration and ETA (:class:`~avalanche_color.runner.progress.TrainingProgress`)."""
     entry = method(planned.method)
     name = f"{slug(planned.label)}_seed{planned.seed}"
     record = attempt / "runs" / f"{name}.json"
@@ -103,11 +105,15 @@ def run_method(planned: PlannedRun, benchmark, spec: BenchmarkSpec, backbone: Vi
                                           num_experiences=len(benchmark.train_stream)))
         if lr is not None:
             options = {**options, "lr": lr.value}
-        wandb = wandb_logger(config, planned, options, attempt) if main_process else None
+        # W&B's files go straight to the output folder (not the attempt), so the run folder W&B prints stays.
+        wandb = wandb_logger(config, planned, options, config.output_folder) if main_process else None
         if wandb is not None:
             loggers.append(stack.enter_context(wandb))  # finished even if training fails
         strategy = entry.build(method_run(planned, backbone, spec, config, device, loggers,
                                           num_experiences=len(benchmark.train_stream)), options)
+        if progress:
+            strategy.plugins.append(TrainingProgress(f"{planned.label} seed {planned.seed}",
+                                                     len(benchmark.train_stream)))
         count = len(benchmark.test_stream)  # the accuracy matrix's columns
         test_sizes = [len(experience.dataset) for experience in benchmark.test_stream]
         wall, cpu = time.perf_counter(), time.process_time()
@@ -116,7 +122,8 @@ def run_method(planned: PlannedRun, benchmark, spec: BenchmarkSpec, backbone: Vi
         # stream not paired with the training stream (CORe50's one test set) is evaluated whole.
         checkpoint = attempt / "checkpoints" / f"{name}.ckpt" if entry.checkpoint and main_process else None
         # Every method, Avalanche's strategies too, loads with --workers worker processes.
-        loaders = dict(num_workers=config.workers, persistent_workers=config.workers > 0)
+        workers = config.loader_workers(str(device))
+        loaders = dict(num_workers=workers, persistent_workers=workers > 0)
         if entry.joint:
             records = [train_jointly(strategy, benchmark, loaders)]
         else:

@@ -4,7 +4,8 @@ A strategy (``CoLoR``, ``SPrompts``, ``L2P``) lists every field of its config as
 argument of its own ``__init__``, with the same default (``tests/test_signatures.py`` checks
 that they agree), and passes them here by name. This class builds the config once, gives the
 model its model options (``config.group(model_config_class)``), the loaders their
-``LoaderOptions``, and Avalanche's ``SupervisedTemplate`` the budget.
+``LoaderOptions``, Avalanche's ``SupervisedTemplate`` the budget, and the training and evaluation
+loops the ``precision`` (:class:`~avalanche_color.training.precision.MixedPrecision`).
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ from avalanche.training.templates import SupervisedTemplate
 from torch import nn
 
 from avalanche_color.config import LoaderOptions, Options, RoutingOptions, TrainingOptions
+from avalanche_color.training.precision import MixedPrecision
 from avalanche_color.training.strategy_parts import LoaderDefaults, ModelFirst
 from avalanche_color.training.plugin_compatibility import refuse_incompatible_plugins
 from avalanche_color.utils.deprecation import warn_deprecated
 
 
-class ConfiguredStrategy(ModelFirst, LoaderDefaults, SupervisedTemplate):
+class ConfiguredStrategy(ModelFirst, LoaderDefaults, MixedPrecision, SupervisedTemplate):
     """A ``SupervisedTemplate`` set up from one options dataclass.
 
     Subclasses set :attr:`config_class`, :attr:`model_class` and :attr:`model_config_class`, write

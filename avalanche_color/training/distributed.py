@@ -1,8 +1,9 @@
 """CoLoR on several processes: torchrun + DistributedDataParallel + Avalanche's ``DistributedHelper``.
 
-Launch with ``torchrun --nproc_per_node=N`` and call
-``DistributedHelper.init_distributed(seed, backend=...)`` (gloo on CPU, NCCL on
-GPUs) before building the strategy; without it everything here is a no-op and
+Launch with ``torchrun --nproc_per_node=N`` and call :func:`init_distributed` (Avalanche's
+``DistributedHelper.init_distributed`` with each rank on its own node's GPU, ``cuda:{LOCAL_RANK}``:
+Avalanche's own picks ``cuda:{RANK}``, a GPU that does not exist from the second node on) before
+building the strategy, on the device it returns; without it everything here is a no-op and
 single-process runs are unchanged. What each part does:
 
 * training: Avalanche's loader already gives each rank a ``DistributedSampler``
@@ -14,6 +15,9 @@ single-process runs are unchanged. What each part does:
   rank order (the single-process order, as the shards are contiguous); every rank fits
   its router from them, and :func:`on_main_process` runs k-means once, on rank 0, and
   broadcasts the centres, so every rank holds the same prototypes.
+* collectives: tensors only, through ``dist.all_gather`` and ``dist.broadcast`` (shapes first,
+  then the data), on the GPU under NCCL and as CPU copies under gloo: no tensor is pickled (a
+  pickled CUDA tensor lands on the device it was saved from, cuda:0, on every rank).
 * evaluation: :func:`eval_loader` gives each rank a contiguous, unpadded shard
   in the same number of batches on every rank, and :func:`gather_eval_batch`
   replaces each batch's outputs, labels, task labels and routed experts
@@ -25,7 +29,8 @@ single-process runs are unchanged. What each part does:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
@@ -46,6 +51,106 @@ if TYPE_CHECKING:
 def is_distributed() -> bool:
     """Whether this process is one of several (``DistributedHelper.init_distributed`` was called under torchrun)."""
     return bool(DistributedHelper.is_distributed)
+
+
+def local_device(use_cuda: bool, environ: Mapping[str, str] = os.environ) -> torch.device:
+    """This process's device: under torchrun with CUDA, ``cuda:{LOCAL_RANK}``, the rank's GPU on its own
+    node (``RANK`` counts over all nodes, so ``cuda:{RANK}`` does not exist from the second node on);
+    ``cuda`` (the current GPU) without torchrun; ``cpu`` without CUDA."""
+    if not use_cuda:
+        return torch.device("cpu")
+    local_rank = environ.get("LOCAL_RANK")
+    if local_rank is None:
+        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cuda")
+    return torch.device("cuda", int(local_rank))
+
+
+def init_distributed(seed: int, backend: Optional[str] = None) -> torch.device:
+    """Avalanche's ``DistributedHelper.init_distributed`` under torchrun, every rank on its own node's GPU.
+
+    ``backend``: ``"nccl"`` or ``"gloo"``; None: NCCL where CUDA is available, else gloo. Under
+    NCCL each rank's current CUDA device is set to ``cuda:{LOCAL_RANK}`` before the process group
+    starts, and ``DistributedHelper.make_device`` (which Avalanche's own collectives and its device
+    map for unpickled tensors use) answers the same device from then on. Returns the device to build
+    the strategy on.
+    """
+    use_cuda = torch.cuda.is_available() and backend != "gloo"
+    backend = backend or ("nccl" if use_cuda else "gloo")
+    if use_cuda:
+        torch.cuda.set_device(local_device(True))
+
+    def make_device(set_cuda_device: bool = False) -> torch.device:
+        device = local_device(bool(DistributedHelper.use_cuda))
+        if set_cuda_device and device.type == "cuda":
+            torch.cuda.set_device(device)
+        return device
+
+    # An instance attribute: Avalanche's helper is a singleton whose methods call self.make_device().
+    DistributedHelper.make_device = make_device  # type: ignore[method-assign]
+    DistributedHelper.init_distributed(seed, backend=backend, use_cuda=use_cuda)
+    return make_device()
+
+
+def _communication_device() -> torch.device:
+    """Where a tensor must be for the process group's backend: the current GPU under NCCL, the CPU under gloo."""
+    if torch.distributed.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def gather_rows(tensor: Tensor) -> Tensor:
+    """Every rank's rows of ``tensor`` (same shape after the first dimension, same dtype on every rank),
+    concatenated in rank order, on ``tensor``'s device; ``tensor`` itself when not distributed.
+
+    Two ``all_gather`` calls: the row counts (one int64 per rank), then the rows, padded to the largest
+    count; one host sync, to read the counts.
+    """
+    if not is_distributed():
+        return tensor
+    world = torch.distributed.get_world_size()
+    device = _communication_device()
+    count = torch.tensor([tensor.shape[0]], dtype=torch.int64, device=device)
+    counts = [torch.empty_like(count) for _ in range(world)]
+    torch.distributed.all_gather(counts, count)
+    sizes = torch.cat(counts).tolist()
+    largest = max(sizes)
+    padded = tensor.new_zeros((largest, *tensor.shape[1:]), device=device)
+    padded[: tensor.shape[0]] = tensor.to(device)
+    gathered = [torch.empty_like(padded) for _ in range(world)]
+    torch.distributed.all_gather(gathered, padded)
+    return torch.cat([rows[:size] for rows, size in zip(gathered, sizes)]).to(tensor.device)
+
+
+_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.bool,
+           torch.uint8)
+_MAX_DIMS = 8
+
+
+def broadcast_tensor(tensor: Optional[Tensor], device: torch.device, src: int = 0) -> Tensor:
+    """Rank ``src``'s ``tensor`` on every rank, on ``device`` (other ranks give None); ``tensor`` itself
+    when not distributed. The dtype and shape go first (one int64 tensor), then the data, through
+    ``dist.broadcast``: nothing is pickled."""
+    if not is_distributed():
+        if tensor is None:
+            raise ValueError("broadcast_tensor needs the tensor when not distributed")
+        return tensor.to(device)
+    source = torch.distributed.get_rank() == src
+    if source and tensor is None:
+        raise ValueError(f"rank {src} broadcasts: it must give the tensor, got None")
+    if source and (tensor.dtype not in _DTYPES or tensor.dim() > _MAX_DIMS):  # type: ignore[union-attr]
+        raise ValueError(f"broadcast_tensor takes up to {_MAX_DIMS} dimensions of a dtype in {_DTYPES}, "
+                         f"got {tensor.dtype} with shape {tuple(tensor.shape)}")  # type: ignore[union-attr]
+    placement = _communication_device()
+    header = torch.zeros(2 + _MAX_DIMS, dtype=torch.int64, device=placement)
+    if source:
+        header[0], header[1] = _DTYPES.index(tensor.dtype), tensor.dim()  # type: ignore[union-attr]
+        header[2: 2 + tensor.dim()] = torch.tensor(tensor.shape)  # type: ignore[union-attr]
+    torch.distributed.broadcast(header, src)
+    dtype_index, dims, *shape = header.tolist()
+    data = (tensor.to(placement).contiguous() if source  # type: ignore[union-attr]
+            else torch.empty(shape[:dims], dtype=_DTYPES[dtype_index], device=placement))
+    torch.distributed.broadcast(data, src)
+    return data.to(device)
 
 
 def shard(num_samples: int, rank: int, world_size: int) -> range:
@@ -101,7 +206,7 @@ def wrap_current_expert(model: nn.Module, trainable: Optional[Iterable[nn.Parame
 
 def gather_features(features: Tensor) -> Tensor:
     """Every rank's rows, concatenated in rank order (``features`` itself when not distributed)."""
-    return DistributedHelper.cat_all(features) if is_distributed() else features
+    return gather_rows(features)
 
 
 def on_main_process(fit: Callable[[Tensor, Tensor], Tensor]) -> Callable[[Tensor, Tensor], Tensor]:
@@ -112,7 +217,7 @@ def on_main_process(fit: Callable[[Tensor, Tensor], Tensor]) -> Callable[[Tensor
 
     def fit_once(features: Tensor, labels: Tensor) -> Tensor:
         centres = fit(features, labels) if DistributedHelper.is_main_process else None
-        return DistributedHelper.broadcast_object(centres).to(features.device)
+        return broadcast_tensor(centres, features.device)
 
     return fit_once
 
@@ -124,9 +229,9 @@ def gather_eval_batch(strategy: "SupervisedTemplate") -> None:
     if not is_distributed():
         return
     local = len(strategy.mb_output)
-    strategy.mb_output = DistributedHelper.cat_all(strategy.mb_output)
+    strategy.mb_output = gather_rows(strategy.mb_output)
     for index in range(1, len(strategy.mbatch)):  # mbatch[0] (the images) stays local
-        strategy.mbatch[index] = DistributedHelper.cat_all(strategy.mbatch[index])
+        strategy.mbatch[index] = gather_rows(strategy.mbatch[index])
     model = strategy.model
     if isinstance(model, RoutedExpertViT) and model.routed_experts is not None and len(model.routed_experts) == local:
-        model.routed_experts = DistributedHelper.cat_all(model.routed_experts)
+        model.routed_experts = gather_rows(model.routed_experts)

@@ -25,6 +25,7 @@ from avalanche.training.plugins import EvaluationPlugin
 from avalanche.training.plugins.evaluation import default_evaluator
 from torch import Tensor, nn
 
+from avalanche_color.config import Precision
 from avalanche_color.peers.inf_lora.config import InfLoRAConfig, Optimizer, Schedule
 from avalanche_color.peers.inf_lora.model import InfLoRAViT
 from avalanche_color.peers.inf_lora.subspace import input_covariances
@@ -62,6 +63,9 @@ class InfLoRA(LoRASumTemplate):
         train_epochs: epochs per experience (code: 20 on CIFAR-100, 50 on ImageNet-R).
         eval_mb_size: evaluation mini-batch size, also of the input passes.
         eval_every: Avalanche's periodic evaluation (-1: none).
+        precision: ``"32-true"`` (float32); ``"bf16-mixed"`` or ``"16-mixed"``: each forward and its loss
+            under bfloat16 or float16 autocast, the trained weights kept float32 (float16 with a gradient
+            scaler; see :mod:`avalanche_color.training.precision`). Give the ViT in float32.
         check_data: scan each training experience for bad samples before training on it.
         init_seed: seed of each new component's and head rows' random initialisation, drawn apart from
             the global generators: a run under torchrun, a resumed run and a single process draw the same.
@@ -96,6 +100,7 @@ class InfLoRA(LoRASumTemplate):
         train_epochs: int = 20,
         eval_mb_size: int = 128,
         eval_every: int = -1,
+        precision: Precision = "32-true",
         check_data: bool = True,
         init_seed: int = 0,
         num_workers: int = 0,
@@ -119,7 +124,15 @@ class InfLoRA(LoRASumTemplate):
 
     def prepare_component(self, **kwargs: Any) -> None:
         """Design the new branch's ``A_t`` from the experience's inputs outside the protected subspaces."""
-        self.model.design_component(self.experience_covariances(**kwargs))
+        covariances = self.experience_covariances(**kwargs)
+        bad = [index for index, covariance in enumerate(covariances) if not bool(torch.isfinite(covariance).all())]
+        if bad:
+            raise FloatingPointError(
+                f"the inputs of the adapted layers {bad[:6]} became non-finite over experience "
+                f"{self.experience.current_experience}'s training data, while designing its A_t (before iteration "
+                f"0); stopped before any training step. Likely cause: pixels too large for the backbone "
+                f"(normalise the images) or bad data")
+        self.model.design_component(covariances)
 
     def conclude_component(self, **kwargs: Any) -> None:
         """Protect the experience's inputs, measured with its trained branch."""

@@ -20,6 +20,7 @@ from avalanche_color.experts.backbone import (backbone_dtype, backbone_images, c
 from avalanche_color.peers.l2p.prompt_pool import PromptPool
 from avalanche_color.peers.prompts import drop_prompts, prompt_outputs, prompt_width, prompted_tokens
 from avalanche_color.utils.experiences import experience_classes
+from avalanche_color.utils.host_values import host_value, keep_host_value
 from avalanche_color.utils.state import take_stored_shapes
 
 
@@ -125,6 +126,7 @@ class L2PViT(DynamicModule):
         self.current_classes = torch.zeros_like(self.trained_classes)
         self.current_classes[list(classes)] = True
         self.trained_classes = self.trained_classes | self.current_classes
+        keep_host_value(self, "trained", self.trained_classes, True)  # classes is not empty
 
     def _grow(self, num_classes: int) -> None:
         if num_classes <= self.head.out_features:
@@ -169,9 +171,10 @@ class L2PViT(DynamicModule):
     def forward(self, x: Tensor, selection: Optional[Tensor] = None) -> Tensor:
         """Global-class logits with ``selection``, (batch, top_n) pool prompt indices, or, when None,
         those each sample selects (:meth:`select_prompts`)."""
-        if not bool(self.trained_classes.any()):
-            # Nothing learned yet (Avalanche evaluates once before the first training step):
-            # like an untrained model, no preference among the classes.
+        if not host_value(self, "trained", self.trained_classes, lambda trained: bool(trained.any())):
+            # Nothing learned yet (Avalanche evaluates once before the first training step): like an
+            # untrained model, no preference among the classes. (Read on the host once per change of
+            # trained_classes, not in every forward: a host sync on a GPU.)
             return x.new_zeros(x.shape[0], self.num_classes)
         x = backbone_images(self.backbone, x)
         if selection is None:

@@ -18,9 +18,11 @@ from avalanche.training.plugins import EvaluationPlugin
 from avalanche.training.plugins.evaluation import default_evaluator
 from torch import Tensor, nn
 
+from avalanche_color.config import Precision
 from avalanche_color.peers.l2p.config import BatchwiseSelection, HeadInput, L2PConfig, L2PModelOptions, PromptInit
 from avalanche_color.peers.l2p.model import L2PViT
 from avalanche_color.training.configured_strategy import ConfiguredStrategy
+from avalanche_color.training.data_checks import DataChecksPlugin
 from avalanche_color.training.plugin_compatibility import L2P_TABLE
 from avalanche_color.utils.experiences import continues_experience
 
@@ -75,8 +77,10 @@ class L2P(ConfiguredStrategy):
         grad_clip_norm: Optional[float] = None,
         train_mb_size: int = 128,
         train_epochs: int = 5,
+        check_data: bool = True,
         eval_mb_size: int = 128,
         eval_every: int = -1,
+        precision: Precision = "32-true",
         num_workers: int = 0,
         pin_memory: Optional[bool] = None,
         persistent_workers: bool = False,
@@ -117,10 +121,17 @@ class L2P(ConfiguredStrategy):
                 the frozen ViT's gradients, which it computes); None: no clipping.
             train_mb_size: training mini-batch size.
             train_epochs: epochs per experience.
+            check_data: scan each training experience for bad samples (non-finite pixels, labels that
+                are not class ids) before the model changes for it; empty experiences, non-finite
+                evaluation pixels and a non-finite loss are refused either way
+                (:mod:`avalanche_color.training.data_checks`).
             eval_mb_size: evaluation mini-batch size.
             eval_every: Avalanche's periodic evaluation during training: every that many epochs
                 (or iterations, with ``peval_mode="iteration"``); 0: at the end of each experience
                 only; -1: never.
+            precision: ``"32-true"`` (float32); ``"bf16-mixed"`` or ``"16-mixed"``: each forward and its loss
+                under bfloat16 or float16 autocast, the trained weights kept float32 (float16 with a gradient
+                scaler; see :mod:`avalanche_color.training.precision`). Give the ViT in float32.
             num_workers: DataLoader worker processes of every loader (0: in this process).
             pin_memory: page-locked batches; None: when the device is CUDA.
             persistent_workers: keep the workers between epochs (needs ``num_workers`` >= 1).
@@ -135,6 +146,10 @@ class L2P(ConfiguredStrategy):
         options = {name: value for name, value in locals().items() if name in L2PConfig.names()}
         super().__init__(model=model, config=config, options=options, criterion=criterion, device=device,
                          plugins=plugins, evaluator=evaluator, template_options=kwargs)
+
+    def own_plugins(self) -> list[BasePlugin]:
+        # Bad data is refused first, before any other plugin or the model adaptation acts on it.
+        return [DataChecksPlugin(scan_experiences=self.config.check_data)]
 
     def first_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         # Replaced by make_optimizer before each experience, once the head covers its classes.
@@ -157,6 +172,7 @@ class L2P(ConfiguredStrategy):
         """Adam's step; with ``grad_clip_norm``, first the gradients of the parameters it updates are
         scaled by ``min(1, grad_clip_norm / (norm + 1e-6))``, their global L2 norm (L2P's code's rule)."""
         if self.config.grad_clip_norm is not None:
+            self.unscale_gradients()  # under precision="16-mixed", the true gradients are clipped
             trained = [p for group in self.optimizer.param_groups for p in group["params"]]
             nn.utils.clip_grad_norm_(trained, self.config.grad_clip_norm)
         super().optimizer_step()

@@ -31,6 +31,7 @@ from avalanche_color.lora.blocks import expert_tokens
 from avalanche_color.peers.lora_sum.files import load_folder, save_folder
 from avalanche_color.peers.lora_sum.layer import LoRASumQKV, Mixing, Part
 from avalanche_color.utils.files import PathLike
+from avalanche_color.utils.host_values import host_value, keep_host_value
 from avalanche_color.utils.rng import seeded
 from avalanche_color.utils.experiences import experience_classes
 from avalanche_color.utils.state import take_stored_shapes
@@ -110,7 +111,17 @@ class LoRASumViT(DynamicModule):
 
     def training_component(self) -> Optional[int]:
         """The component being learned: the newest, until :meth:`finish_component`; None after."""
-        return len(self.finished) - 1 if len(self.finished) and not bool(self.finished[-1]) else None
+        finished = self.finished_components()
+        return len(finished) - 1 if finished and not finished[-1] else None
+
+    def finished_components(self) -> list[bool]:
+        """Per component, whether it is finished: ``finished`` as Python bools, read on the host once per
+        change (every forward asks; a read per forward would be a host sync on a GPU)."""
+        return host_value(self, "finished", self.finished, lambda finished: [bool(f) for f in finished.tolist()])
+
+    def any_trained(self) -> bool:
+        """Whether any class has been trained (read on the host once per change of ``trained_classes``)."""
+        return host_value(self, "trained", self.trained_classes, lambda trained: bool(trained.any()))
 
     def trainable_parameters(self) -> Iterator[nn.Parameter]:
         """What trains in the current experience: the head, and what the method adds (subclasses extend).
@@ -163,6 +174,7 @@ class LoRASumViT(DynamicModule):
         self.current_classes = torch.zeros_like(self.trained_classes)
         self.current_classes[classes] = True
         self.trained_classes = self.trained_classes | self.current_classes
+        keep_host_value(self, "trained", self.trained_classes, True)  # classes is not empty: no read needed
         self.set_trainable()
 
     def next_rank(self) -> int:
@@ -196,7 +208,7 @@ class LoRASumViT(DynamicModule):
 
     def forward(self, x: Tensor) -> Tensor:
         """Logits over every class id seen (``-inf`` for classes never trained)."""
-        if not bool(self.trained_classes.any()):  # Avalanche may evaluate before the first experience
+        if not self.any_trained():  # Avalanche may evaluate before the first experience
             return x.new_zeros(x.shape[0], self.num_classes, dtype=backbone_dtype(self.backbone))
         logits = nn.functional.linear(self.features(x), self.head_weight, self.head_bias)
         logits = logits.masked_fill(~self.trained_classes, float("-inf"))

@@ -26,6 +26,7 @@ from avalanche_color.peers.lora_sum.model import LoRASumViT
 from avalanche_color.training.cosine_schedule import PerExperienceCosine
 from avalanche_color.training.data_checks import DataChecksPlugin
 from avalanche_color.training.distributed import wrap_current_expert
+from avalanche_color.training.precision import MixedPrecision
 from avalanche_color.training.strategy_parts import LoaderDefaults, ModelFirst, ShardedEvaluation
 from avalanche_color.training.plugin_compatibility import refuse_incompatible_plugins
 from avalanche_color.utils.experiences import continues_experience, ends_experience
@@ -45,7 +46,8 @@ REFUSED_PLUGINS = {
 }
 
 
-class LoRASumTemplate(ModelFirst, ShardedEvaluation, LoaderDefaults, PerExperienceCosine, SupervisedTemplate):
+class LoRASumTemplate(ModelFirst, ShardedEvaluation, LoaderDefaults, PerExperienceCosine, MixedPrecision,
+                      SupervisedTemplate):
     """A ``SupervisedTemplate`` for a :class:`LoRASumViT`, built from the method's config.
 
     Subclasses take the method's options as keyword arguments, build its config and call

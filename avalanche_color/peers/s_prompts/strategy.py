@@ -10,7 +10,7 @@ from avalanche.training.plugins import EvaluationPlugin
 from avalanche.training.plugins.evaluation import default_evaluator
 from torch import nn
 
-from avalanche_color.config import Distance, PrototypeData, Router, RoutingFeatures
+from avalanche_color.config import Distance, Precision, PrototypeData, Router, RoutingFeatures
 from avalanche_color.peers.s_prompts.config import PromptOptions, SPromptsConfig
 from avalanche_color.peers.s_prompts.model import PromptExpertViT
 from avalanche_color.training.template import RoutedExpertsTemplate
@@ -51,6 +51,7 @@ class SPrompts(RoutedExpertsTemplate):
         distance: Distance = "l1",
         normalize_features: bool = True,
         cache_evaluation: bool = False,
+        cache_evaluation_bytes: int = 1073741824,
         k: int = 5,
         kmeans_seed: int = 0,
         kmeans_n_init: int = 10,
@@ -64,6 +65,7 @@ class SPrompts(RoutedExpertsTemplate):
         train_epochs: int = 50,
         eval_mb_size: int = 128,
         eval_every: int = -1,
+        precision: Precision = "32-true",
         check_data: bool = True,
         num_workers: int = 0,
         pin_memory: Optional[bool] = None,
@@ -82,8 +84,7 @@ class SPrompts(RoutedExpertsTemplate):
                 than its default and the model's is refused.
             config: all options as one :class:`~avalanche_color.peers.s_prompts.config.SPromptsConfig`;
                 options given beside it with a value other than their default replace its fields.
-            prompt_length: prompt tokens per expert (S-Prompts: 10); 0 leaves only the head (a
-                linear probe per experience).
+            prompt_length: prompt tokens per expert (S-Prompts: 10); at least 1.
             routing_features: where the features that prototypes are made of and samples are
                 routed by come from: ``"backbone"``, the frozen ViT (S-Prompts), or
                 ``"first_expert"``, the ViT with the first expert's prompts.
@@ -96,6 +97,8 @@ class SPrompts(RoutedExpertsTemplate):
             normalize_features: L2-normalise features before clustering and routing.
             cache_evaluation: reuse routing features and frozen experts' outputs across
                 evaluations (exact with deterministic transforms).
+            cache_evaluation_bytes: the most host memory the evaluation cache takes (default 1 GiB: the
+                routing features of about 170,000 images of a ViT-B/16); the oldest entries go first.
             k: prototypes per experience (S-Prompts: 5).
             kmeans_seed: k-means ``random_state``.
             kmeans_n_init: k-means restarts (explicit: scikit-learn's default changed in 1.4).
@@ -113,6 +116,9 @@ class SPrompts(RoutedExpertsTemplate):
             eval_every: Avalanche's periodic evaluation during training: every that many epochs
                 (or iterations, with ``peval_mode="iteration"``); 0: at the end of each experience
                 only; -1: never.
+            precision: ``"32-true"`` (float32); ``"bf16-mixed"`` or ``"16-mixed"``: each forward and its loss
+                under bfloat16 or float16 autocast, the trained weights kept float32 (float16 with a gradient
+                scaler; see :mod:`avalanche_color.training.precision`). Give the ViT in float32.
             check_data: scan each training experience for bad data before its expert exists.
             num_workers: DataLoader worker processes of every loader (0: in this process).
             pin_memory: page-locked batches; None: when the device is CUDA.

@@ -63,7 +63,7 @@ class SDLoRAViT(LoRASumViT):
         """Per component, whether its direction is divided by its norm: every one but the newest (the
         code), or every finished one (``normalise_when="finish"``)."""
         if self.config.normalise_when == "finish":
-            return self.finished.tolist()
+            return self.finished_components()
         return [i < self.num_experts - 1 for i in range(self.num_experts)]
 
     def next_rank(self) -> int:

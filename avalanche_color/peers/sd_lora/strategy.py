@@ -19,6 +19,7 @@ from avalanche.training.plugins import EvaluationPlugin
 from avalanche.training.plugins.evaluation import default_evaluator
 from torch import nn
 
+from avalanche_color.config import Precision
 from avalanche_color.peers.lora_sum.strategy import LoRASumTemplate
 from avalanche_color.peers.sd_lora.config import (DirectionNorm, EarlierMagnitudes, HeadInit, NormaliseWhen, Optimizer,
                                                   Schedule, SDLoRAConfig)
@@ -64,6 +65,9 @@ class SDLoRA(LoRASumTemplate):
         train_epochs: epochs per experience (code: 20).
         eval_mb_size: evaluation mini-batch size.
         eval_every: Avalanche's periodic evaluation (-1: none).
+        precision: ``"32-true"`` (float32); ``"bf16-mixed"`` or ``"16-mixed"``: each forward and its loss
+            under bfloat16 or float16 autocast, the trained weights kept float32 (float16 with a gradient
+            scaler; see :mod:`avalanche_color.training.precision`). Give the ViT in float32.
         check_data: scan each training experience for bad samples before training on it.
         init_seed: seed of each new component's and head rows' random initialisation, drawn apart from
             the global generators: a run under torchrun, a resumed run and a single process draw the same.
@@ -101,6 +105,7 @@ class SDLoRA(LoRASumTemplate):
         train_epochs: int = 20,
         eval_mb_size: int = 128,
         eval_every: int = -1,
+        precision: Precision = "32-true",
         check_data: bool = True,
         init_seed: int = 0,
         num_workers: int = 0,

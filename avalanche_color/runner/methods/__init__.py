@@ -42,6 +42,8 @@ class MethodSettings(Protocol):
     def prototypes_per_class(self) -> Optional[int]: ...
     @property
     def ridge_width(self) -> int: ...
+    @property
+    def precision(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,13 @@ class MethodRun:
     def weight_decay(self) -> dict[str, float]:
         """``weight_decay`` given to every SGD, or nothing (each method's own)."""
         return {} if self.config.weight_decay is None else {"weight_decay": self.config.weight_decay}
+
+    @property
+    def precision(self) -> dict[str, str]:
+        """``precision`` given to the package's strategies (``--precision``), or nothing for the default
+        ``"32-true"`` (so runs recorded before the option keep their options)."""
+        precision = getattr(self.config, "precision", "32-true")
+        return {} if precision == "32-true" else {"precision": precision}
 
 
 @dataclass(frozen=True)

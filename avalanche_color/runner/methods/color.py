@@ -18,7 +18,8 @@ def _color_options(routing: dict[str, str]):
     def options(run: MethodRun) -> dict[str, Any]:
         ridge = {"router_width": run.config.ridge_width} if routing.get("router") == "ridge" else {}
         return dict(rank=run.rank, lr=run.config.color_lr, **routing, k=run.k,
-                    prototypes_per_class=run.config.prototypes_per_class, **ridge, **run.weight_decay)
+                    prototypes_per_class=run.config.prototypes_per_class, **ridge, **run.weight_decay,
+                    **run.precision)
     return options
 
 

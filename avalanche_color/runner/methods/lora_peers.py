@@ -29,12 +29,12 @@ def _short_budget_lr(run: MethodRun, lr: float) -> dict[str, float]:
 
 
 def _sd_lora_options(run: MethodRun) -> dict[str, Any]:
-    return dict(rank=run.rank, **run.weight_decay)
+    return dict(rank=run.rank, **run.weight_decay, **run.precision)
 
 
 def _inf_lora_options(run: MethodRun) -> dict[str, Any]:
     return dict(rank=run.rank, **_short_budget_lr(run, INF_LORA_LR), num_experiences=run.num_experiences,
-                **run.weight_decay)
+                **run.weight_decay, **run.precision)
 
 
 def _build_sd_lora(run: MethodRun, options: dict[str, Any]):

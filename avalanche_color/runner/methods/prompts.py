@@ -14,7 +14,7 @@ L2P_OPTIONS = dict(pool_size=10, prompt_length=5, top_n=5, lr=0.03)
 
 def _s_prompts_options(run: MethodRun) -> dict[str, Any]:
     return dict(prompt_length=S_PROMPTS_LENGTH, lr=run.config.color_lr, k=run.k,
-                prototypes_per_class=run.config.prototypes_per_class, **run.weight_decay)
+                prototypes_per_class=run.config.prototypes_per_class, **run.weight_decay, **run.precision)
 
 
 def _build_s_prompts(run: MethodRun, options: dict[str, Any]):
@@ -32,6 +32,6 @@ def _build_l2p(run: MethodRun, options: dict[str, Any]):
 METHODS = (
     Method("S-Prompts", _s_prompts_options, _build_s_prompts, prototypes=True, frozen_backbone=True,
            distributed=True, lr_chosen_by="--color-lr, as CoLoR"),
-    Method("L2P", lambda run: dict(L2P_OPTIONS), _build_l2p, frozen_backbone=True,
+    Method("L2P", lambda run: dict(L2P_OPTIONS, **run.precision), _build_l2p, frozen_backbone=True,
            lr_chosen_by="its paper's Adam lr 0.03 (its code also scales it by batch / 256: not done here)"),
 )

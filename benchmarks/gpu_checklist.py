@@ -1,0 +1,362 @@
+"""The first 30 minutes on a GPU: everything the CPU cannot tell, run in one command.
+
+    python -m benchmarks.gpu_checklist --device cuda              # everything (2 GPUs for the torchrun step)
+    python -m benchmarks.gpu_checklist --device cuda --dry-run    # the commands, and the sync count only
+    python -m benchmarks.gpu_checklist --device cpu --dry-run     # the same on a CPU (what the tests run)
+
+Steps, each written to ``--out`` (``benchmarks/results/gpu-checklist/`` by default) and summed up in
+``checklist.md`` there:
+
+1. ``perf-32-true.md``, ``perf-bf16-mixed.md``: ``benchmarks.perf``'s table (images per second of
+   training and routed inference, the ratios R1-R5, memory, loader rates) in float32 and under
+   bfloat16 autocast (what ``precision="bf16-mixed"`` runs).
+2. ``syncs.md``: host syncs per training step and per evaluation batch of every strategy of the
+   package, on a tiny ViT: on CUDA the warnings of ``torch.cuda.set_sync_debug_mode("warn")``, on a
+   CPU the reads of device tensors (``Tensor.item``, ``__bool__``, ``__int__``, ``__float__``,
+   ``tolist``) that would be syncs on a GPU.
+3. ``torchrun.md``: the runner on 2 GPUs with NCCL (``torchrun --nproc_per_node=2``) against one
+   process, on the digits stream: average accuracy within 0.05, and wall time.
+4. ``cuda-tests.txt``: ``pytest -m cuda``, the tests marked for CUDA (skipped on machines without it).
+
+``--dry-run`` prints every step's command and runs step 2 only, on tiny settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+import traceback
+import warnings
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results" / "gpu-checklist"
+PRECISIONS = ("32-true", "bf16-mixed")
+READS = ("item", "__bool__", "__int__", "__float__", "tolist")
+NOT_COUNTED = ("/torch/utils/data/", "/avalanche/benchmarks/", "/torch/optim/")  # host tensors, even on a GPU
+STRATEGIES = ("CoLoR", "CoLoR-cached", "S-Prompts", "L2P", "SD-LoRA", "InfLoRA")
+
+
+def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default=None, help="cuda (default where there is one) or cpu")
+    parser.add_argument("--dry-run", action="store_true", help="print every step's command; run the sync count only")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="the folder the step files and checklist.md go to")
+    parser.add_argument("--perf-args", default="--batch-size 64",
+                        help="extra options of benchmarks.perf (quoted), e.g. '--batch-size 64 --rounds 3'")
+    parser.add_argument("--sync-steps", type=int, default=4, help="training steps per experience of the sync count")
+    parser.add_argument("--strategies", default=",".join(STRATEGIES),
+                        help=f"comma-separated strategies of the sync count (default: all, {', '.join(STRATEGIES)})")
+    args = parser.parse_args(argv)
+    if args.device is None:
+        import torch
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.device not in ("cpu", "cuda") and not args.device.startswith("cuda:"):
+        parser.error(f"--device must be cpu, cuda or cuda:N, got {args.device!r}")
+    args.strategies = [name.strip() for name in args.strategies.split(",") if name.strip()]
+    unknown = sorted(set(args.strategies) - set(STRATEGIES))
+    if unknown or not args.strategies:
+        parser.error(f"--strategies must be among {', '.join(STRATEGIES)}, got {unknown or 'none'}")
+    if args.sync_steps < 1:
+        parser.error(f"--sync-steps must be >= 1, got {args.sync_steps}")
+    return args
+
+
+# ---------------------------------------------------------------------- the commands
+
+
+def perf_command(device: str, precision: str, out: Path, extra: str) -> list[str]:
+    command = [sys.executable, "-m", "benchmarks.perf", "--device", device, *shlex.split(extra),
+               "--out", str(out / f"perf-{precision}.md")]
+    return command + (["--bf16"] if precision == "bf16-mixed" else [])
+
+
+def runner_command(out: Path, processes: int, batch_size: int) -> list[str]:
+    launch = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
+              if processes > 1 else [sys.executable])
+    return [*launch, "-m", "avalanche_color.runner", "compare", "--benchmark", "digits_class", "--methods", "CoLoR",
+            "--epochs", "1", "--batch-size", str(batch_size), "--rank", "4", "--loggers",
+            "--out-dir", str(out / "torchrun"), "--name", f"{processes}-process"]
+
+
+def cuda_tests_command() -> list[str]:
+    return [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", str(ROOT / "tests")]
+
+
+def shown(command: list[str], env: Optional[dict[str, str]] = None) -> str:
+    prefix = " ".join(f"{name}={value}" for name, value in (env or {}).items())
+    return (prefix + " " if prefix else "") + shlex.join(command)
+
+
+# ---------------------------------------------------------------------- step 2: host syncs
+
+
+class SyncWindows:
+    """Host syncs per training step and per evaluation batch, as an Avalanche plugin.
+
+    On CUDA it counts the warnings of ``torch.cuda.set_sync_debug_mode("warn")`` (each real sync); on a
+    CPU the reads of tensors on the host that would be syncs on a GPU.
+    """
+
+    def __init__(self, device: str) -> None:
+        from avalanche.core import SupervisedPlugin
+
+        windows = self
+
+        class Plugin(SupervisedPlugin):
+            def before_training_iteration(self, strategy, **kwargs):
+                windows.open("train")
+
+            def after_training_iteration(self, strategy, **kwargs):
+                windows.close()
+
+            def before_eval_iteration(self, strategy, **kwargs):
+                windows.open("eval")
+
+            def after_eval_exp(self, strategy, **kwargs):
+                windows.close()
+
+        self.plugin = Plugin()
+        self.cuda = device.startswith("cuda")
+        self.kind: Optional[str] = None
+        self.window: Counter = Counter()
+        self.counts: dict[str, list[int]] = {"train": [], "eval": []}
+        self.where: Counter = Counter()
+
+    def open(self, kind: str) -> None:
+        self.close()
+        self.kind, self.window = kind, Counter()
+
+    def close(self) -> None:
+        if self.kind is not None:
+            self.counts[self.kind].append(sum(self.window.values()))
+            self.where.update(self.window)
+        self.kind = None
+
+    def record(self, what: str) -> None:
+        if self.kind is None:
+            return
+        stack = traceback.extract_stack()[:-2]
+        if any(part in frame.filename for frame in stack for part in NOT_COUNTED):
+            return
+        frame = next((f for f in reversed(stack) if "avalanche_color" in f.filename), stack[-1])
+        self.window[f"{what} at {frame.filename.rsplit('avalanche_color/', 1)[-1]}:{frame.lineno}"] += 1
+
+    def run(self, body: Callable[[], None]) -> None:
+        import torch
+
+        if self.cuda:
+            def show(message, category, filename, lineno, file=None, line=None):
+                if "synchroniz" in str(message):
+                    self.record("sync")
+                else:
+                    original(message, category, filename, lineno, file, line)
+
+            original = warnings.showwarning
+            warnings.showwarning = show
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("always")
+                    warnings.showwarning = show
+                    body()
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+                warnings.showwarning = original
+            return
+        originals = {name: getattr(torch.Tensor, name) for name in READS}
+
+        def wrapped(name: str):
+            def read(tensor, *args, **kwargs):
+                self.record(name)
+                return originals[name](tensor, *args, **kwargs)
+            return read
+
+        for name in READS:
+            setattr(torch.Tensor, name, wrapped(name))
+        try:
+            body()
+        finally:
+            for name, method in originals.items():
+                setattr(torch.Tensor, name, method)
+
+
+def tiny_strategies(device: str, precision: str, plugin: Any) -> dict[str, Any]:
+    import torch
+    from avalanche.training.plugins import EvaluationPlugin
+    from timm.models.vision_transformer import VisionTransformer
+
+    from avalanche_color import L2P, CoLoR, InfLoRA, SDLoRA, SPrompts
+    from avalanche_color.evaluation.routing_accuracy import routing_accuracy_metrics
+
+    def vit(pooling: str = "token") -> VisionTransformer:
+        torch.manual_seed(0)
+        return VisionTransformer(img_size=16, patch_size=4, embed_dim=32, depth=2, num_heads=2, num_classes=0,
+                                 global_pool=pooling)
+
+    common = dict(train_epochs=1, train_mb_size=16, eval_mb_size=16, device=device, precision=precision,
+                  plugins=[plugin])
+    evaluator = lambda: EvaluationPlugin(*routing_accuracy_metrics(), loggers=[])  # noqa: E731
+    return {
+        "CoLoR": lambda: CoLoR(vit(), rank=2, k=3, evaluator=evaluator(), **common),
+        "CoLoR-cached": lambda: CoLoR(vit(), rank=2, k=3, cache_evaluation=True, evaluator=evaluator(),
+                                                  **common),
+        "S-Prompts": lambda: SPrompts(vit(), prompt_length=2, k=3, evaluator=evaluator(), **common),
+        "L2P": lambda: L2P(vit(), pool_size=4, prompt_length=2, top_n=2, evaluator=evaluator(), **common),
+        "SD-LoRA": lambda: SDLoRA(vit("avg"), rank=2, evaluator=evaluator(), **common),
+        "InfLoRA": lambda: InfLoRA(vit("avg"), rank=2, evaluator=evaluator(), **common),
+    }
+
+
+def tiny_stream(steps: int) -> Any:
+    """Two experiences of 2 classes each, ``steps`` batches of 16 per experience, 16 px images."""
+    import torch
+    from avalanche.benchmarks import tensors_benchmark
+
+    generator = torch.Generator().manual_seed(0)
+    per = 16 * steps
+
+    def experience(index: int) -> tuple:
+        labels = torch.arange(2).repeat(per // 2) + 2 * index
+        return torch.randn(len(labels), 3, 16, 16, generator=generator) + labels[:, None, None, None], labels
+
+    train = [experience(i) for i in range(2)]
+    test = [experience(i) for i in range(2)]
+    return tensors_benchmark(train, test, task_labels=[0, 0])
+
+
+def sync_counts(device: str, steps: int, strategies: tuple[str, ...] = STRATEGIES) -> str:
+    """Step 2's markdown: the most syncs of any training step and evaluation batch, per strategy and precision."""
+    rows = ["| strategy | precision | syncs per training step (most, median) | syncs per evaluation batch "
+            "(most, median) | where |", "|---|---|---|---|---|"]
+    for precision in PRECISIONS:
+        for name in strategies:
+            windows = SyncWindows(device)
+            strategy = tiny_strategies(device, precision, windows.plugin)[name]()
+            stream = tiny_stream(steps)
+
+            def body() -> None:
+                for experience in stream.train_stream:
+                    strategy.train(experience)
+                strategy.eval(stream.test_stream)
+                strategy.eval(stream.test_stream)
+
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="No loggers specified")
+                windows.run(body)
+            train, evaluation = windows.counts["train"], windows.counts["eval"]
+            where = ", ".join(f"{place} ({count})" for place, count in windows.where.most_common(4))
+            rows.append(f"| {name} | {precision} | {max(train)}, {sorted(train)[len(train) // 2]} | "
+                        f"{max(evaluation)}, {sorted(evaluation)[len(evaluation) // 2]} | {where or '-'} |")
+    how = ("torch.cuda.set_sync_debug_mode('warn') warnings" if device.startswith("cuda")
+           else "reads of tensors on the host (Tensor.item, __bool__, __int__, __float__, tolist): the syncs a GPU "
+                "would make")
+    return "\n".join([f"## Host syncs ({device})", "", f"Counted: {how}; tiny ViT (2 blocks, 32 wide, 16 px), "
+                      f"batch 16, {steps} steps per experience, 2 experiences, two evaluations (CoLoR-cached: "
+                      "cache_evaluation=True). On the CPU "
+                      "the loss is read every step; on a GPU every 50 steps (training.data_checks).", "", *rows, ""])
+
+
+# ---------------------------------------------------------------------- the steps
+
+
+def run_logged(command: list[str], log: Path, env: Optional[dict[str, str]] = None, timeout: int = 3600) -> int:
+    start = time.perf_counter()
+    completed = subprocess.run(command, cwd=ROOT, env={**os.environ, **(env or {})}, capture_output=True, text=True,
+                               timeout=timeout)
+    log.write_text(f"$ {shown(command, env)}\n# exit {completed.returncode}, {time.perf_counter() - start:.0f} s\n"
+                   f"{completed.stdout}\n{completed.stderr}")
+    return completed.returncode
+
+
+def torchrun_section(out: Path, dry_run: bool, gpus: int) -> tuple[str, list[str]]:
+    two = runner_command(out, 2, 32)
+    one = runner_command(out, 1, 64)
+    env = {"AVALANCHE_COLOR_BACKEND": "nccl"}
+    commands = [shown(two, env), shown(one)]
+    if dry_run or gpus < 2:
+        reason = "dry run" if dry_run else f"needs 2 GPUs, found {gpus}"
+        return f"## Runner under torchrun (NCCL, 2 GPUs) against one process\n\nNot run ({reason}).\n", commands
+    walls, accuracies = {}, {}
+    for label, command, command_env in (("2 processes (NCCL)", two, env), ("1 process", one, None)):
+        start = time.perf_counter()
+        code = run_logged(command, out / f"torchrun-{label.split()[0]}.log", command_env)
+        walls[label] = time.perf_counter() - start
+        folder = out / "torchrun" / f"{label.split()[0]}-process"
+        if code == 0:
+            accuracies[label] = json.loads((folder / "results.json").read_text())["runs"][0]["average_accuracy"]
+    lines = ["## Runner under torchrun (NCCL, 2 GPUs) against one process", "",
+             "| run | average accuracy | wall time (s) |", "|---|---|---|"]
+    lines += [f"| {label} | {accuracies.get(label, 'failed (see its log)')} | {walls[label]:.0f} |" for label in walls]
+    if len(accuracies) == 2:
+        gap = abs(accuracies["2 processes (NCCL)"] - accuracies["1 process"])
+        lines += ["", f"Accuracy gap {gap:.3f} ({'within' if gap <= 0.05 else 'OUTSIDE'} 0.05)."]
+    return "\n".join(lines) + "\n", commands
+
+
+def main(argv: Optional[list[str]] = None) -> str:
+    args = parse_args(argv)
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    import torch
+
+    cuda = args.device.startswith("cuda")
+    gpus = torch.cuda.device_count() if cuda else 0
+    sections = [f"# GPU checklist ({args.device}{', dry run' if args.dry_run else ''})", "",
+                f"torch {torch.__version__}; "
+                + (f"{gpus} x {torch.cuda.get_device_name(0)}" if gpus else "no GPU used") + ".", ""]
+    commands: list[str] = []
+
+    # 1. the perf table in float32 and bf16-mixed
+    perf = {precision: perf_command(args.device, precision, out, args.perf_args) for precision in PRECISIONS}
+    commands += [shown(command) for command in perf.values()]
+    sections.append("## Performance (benchmarks.perf)\n")
+    for precision, command in perf.items():
+        if args.dry_run:
+            sections.append(f"* {precision}: not run (dry run)")
+        else:
+            code = run_logged(command, out / f"perf-{precision}.log")
+            sections.append(f"* {precision}: " + (f"[perf-{precision}.md](perf-{precision}.md)" if code == 0
+                                                  else f"failed (exit {code}, see perf-{precision}.log)"))
+    sections.append("")
+
+    # 2. host syncs
+    syncs = sync_counts(args.device, 1 if args.dry_run else args.sync_steps, tuple(args.strategies))
+    (out / "syncs.md").write_text(syncs)
+    commands.append(shown([sys.executable, "-m", "benchmarks.gpu_checklist", "--device", args.device, "--dry-run"])
+                    + "  # step 2 alone")
+    sections.append(syncs)
+
+    # 3. torchrun with NCCL against one process
+    text, torchrun_commands = torchrun_section(out, args.dry_run, gpus)
+    commands += torchrun_commands
+    sections.append(text)
+
+    # 4. the CUDA-marked tests
+    tests = cuda_tests_command()
+    commands.append(shown(tests))
+    if args.dry_run or not cuda:
+        sections.append("## CUDA-marked tests (pytest -m cuda)\n\nNot run (" + ("dry run" if args.dry_run else "no GPU")
+                        + ").\n")
+    else:
+        code = run_logged(tests, out / "cuda-tests.txt")
+        tail = (out / "cuda-tests.txt").read_text().strip().splitlines()[-1:]
+        sections.append(f"## CUDA-marked tests (pytest -m cuda)\n\nexit {code}: {' '.join(tail)} "
+                        "([cuda-tests.txt](cuda-tests.txt)).\n")
+
+    sections += ["## Commands", "", "```bash", *commands, "```", ""]
+    text = "\n".join(sections)
+    (out / "checklist.md").write_text(text)
+    print(text)
+    return text
+
+
+if __name__ == "__main__":
+    main()

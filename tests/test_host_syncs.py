@@ -1,0 +1,205 @@
+"""Host syncs counted on CPU: what a training step and an evaluation batch read from device tensors.
+
+Each call of ``Tensor.item``, ``__bool__``, ``__int__``, ``__float__`` or ``tolist`` made while a training
+iteration or an evaluation batch runs is counted (on a GPU each one waits for the device to drain).
+Not counted: data loading (host tensors of the dataset and the loader) and ``torch.optim`` (Adam's step
+counters are host tensors on a GPU too). On a GPU, ``benchmarks.gpu_checklist`` counts the real syncs
+with ``torch.cuda.set_sync_debug_mode``.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections import Counter
+from contextlib import contextmanager
+
+import pytest
+import torch
+from avalanche.core import SupervisedPlugin
+from avalanche.training.plugins import EvaluationPlugin
+
+from avalanche_color import L2P, CoLoR, InfLoRA, SDLoRA, SPrompts
+from avalanche_color.evaluation.routing_accuracy import routing_accuracy_metrics
+from avalanche_color.training.data_checks import DataChecksPlugin, DeferredLossCheck
+from lora_sum_cases import tiny_vit as pooled_vit
+from streams import class_stream, domain_stream, tiny_vit
+
+READS = ("item", "__bool__", "__int__", "__float__", "tolist")
+NOT_COUNTED = ("/torch/utils/data/", "/avalanche/benchmarks/", "/torch/optim/")
+TRAINING_BUDGET = 1  # per training step
+# Per evaluation batch, whatever the batch size and the number of experts: the images' finiteness check,
+# the mixed-expert prediction's read (experts/prediction.py), and, on the first batch after an experience
+# only, the experts' experiences read once for the routing accuracy (kept until an expert is added).
+EVAL_BUDGET = 3
+# With cache_evaluation, two more: the routed experts, read once per batch to look rows up, and, on the
+# first batch after an experience only, the experts' finished flags. (On a GPU the images' keys are one more.)
+CACHED_EVAL_BUDGET = 5
+
+
+class SyncCounter(SupervisedPlugin):
+    """Counts reads of tensors on the host per training iteration and per evaluation batch (an evaluation
+    window closes when the next opens, so the evaluator's metrics, which run after every plugin, are in it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: list[tuple[str, Counter]] = []
+        self.window: Counter | None = None
+        self.kind = ""
+
+    def record(self, name: str) -> None:
+        if self.window is None:
+            return
+        stack = traceback.extract_stack()[:-2]
+        if any(part in frame.filename for frame in stack for part in NOT_COUNTED):
+            return
+        frame = next((f for f in reversed(stack) if "avalanche" in f.filename), stack[-1])
+        self.window[(name, f"{frame.filename.rsplit('/', 2)[-1]}:{frame.lineno}")] += 1
+
+    def open(self, kind: str) -> None:
+        self.close()
+        self.kind, self.window = kind, Counter()
+
+    def close(self) -> None:
+        if self.window is not None:
+            self.counts.append((self.kind, self.window))
+        self.window = None
+
+    def before_training_iteration(self, strategy, **kwargs) -> None:
+        self.open("train")
+
+    def after_training_iteration(self, strategy, **kwargs) -> None:
+        self.close()  # the step's callbacks have run (the evaluator here has no training metrics)
+
+    def before_eval_iteration(self, strategy, **kwargs) -> None:
+        self.open("eval")
+
+    def after_eval_exp(self, strategy, **kwargs) -> None:
+        self.close()
+
+    def per(self, kind: str) -> list[Counter]:
+        return [window for window_kind, window in self.counts if window_kind == kind]
+
+
+@contextmanager
+def counting(counter: SyncCounter):
+    originals = {name: getattr(torch.Tensor, name) for name in READS}
+
+    def wrapped(name):
+        def read(self, *args, **kwargs):
+            counter.record(name)
+            return originals[name](self, *args, **kwargs)
+        return read
+
+    for name in READS:
+        setattr(torch.Tensor, name, wrapped(name))
+    try:
+        yield counter
+    finally:
+        for name, original in originals.items():
+            setattr(torch.Tensor, name, original)
+
+
+def evaluator() -> EvaluationPlugin:
+    # Avalanche's own accuracy and loss metrics read each batch on the host: not the package's to change.
+    return EvaluationPlugin(*routing_accuracy_metrics(), loggers=[])
+
+
+STRATEGIES = {
+    "CoLoR": lambda **o: (CoLoR(tiny_vit(0), rank=2, k=3, **o), domain_stream),
+    "CoLoR-cached": lambda **o: (CoLoR(tiny_vit(0), rank=2, k=3, cache_evaluation=True, **o), domain_stream),
+    "CoLoR-gaussian": lambda **o: (CoLoR(tiny_vit(0), rank=2, router="gaussian", **o), domain_stream),
+    "S-Prompts": lambda **o: (SPrompts(tiny_vit(0), prompt_length=2, k=3, **o), domain_stream),
+    "L2P": lambda **o: (L2P(tiny_vit(0), pool_size=4, prompt_length=2, top_n=2, **o), class_stream),
+    "SD-LoRA": lambda **o: (SDLoRA(pooled_vit(0), rank=2, **o), class_stream),
+    "InfLoRA": lambda **o: (InfLoRA(pooled_vit(0), rank=2, **o), class_stream),
+}
+
+
+def count(name: str, experiences: int = 2, eval_mb_size: int = 16, loss_check_every=None) -> SyncCounter:
+    counter = SyncCounter()
+    strategy, stream = STRATEGIES[name](train_epochs=1, train_mb_size=16, eval_mb_size=eval_mb_size,
+                                        plugins=[counter], evaluator=evaluator())
+    if loss_check_every is not None:
+        [checks] = [plugin for plugin in strategy.plugins if isinstance(plugin, DataChecksPlugin)]
+        checks.loss_check_every = loss_check_every
+    benchmark = stream(experiences)
+    with counting(counter):
+        for experience in benchmark.train_stream:
+            strategy.train(experience)
+        strategy.eval(benchmark.test_stream)
+        strategy.eval(benchmark.test_stream)  # with the cache: its second pass finds every row
+    return counter
+
+
+def most(windows: list[Counter]) -> int:
+    return max(sum(window.values()) for window in windows)
+
+
+@pytest.mark.parametrize("name", list(STRATEGIES))
+def test_a_training_step_and_an_evaluation_batch_stay_within_their_sync_budgets(name, one_thread):
+    counter = count(name)
+    training, evaluation = counter.per("train"), counter.per("eval")
+    assert training and evaluation
+    # On the CPU the loss is read every step (the one sync of a step); nothing else is.
+    assert most(training) <= TRAINING_BUDGET, [dict(w) for w in training if sum(w.values()) > TRAINING_BUDGET][:2]
+    budget = CACHED_EVAL_BUDGET if name.endswith("cached") else EVAL_BUDGET
+    assert most(evaluation) <= budget, [dict(w) for w in evaluation if sum(w.values()) > budget][:2]
+
+
+@pytest.mark.parametrize("name", ["CoLoR", "SD-LoRA", "L2P"])
+def test_with_the_loss_read_every_n_steps_as_on_a_gpu_a_step_reads_nothing(name, one_thread):
+    counter = count(name, loss_check_every=50)
+    assert most(counter.per("train")) == 0  # the loss is read at each epoch's end, outside any step
+
+
+def test_the_evaluation_count_does_not_grow_with_experts_or_batch_size(one_thread):
+    counts = {(experiences, batch): most(count("CoLoR", experiences, batch).per("eval"))
+              for experiences in (1, 3) for batch in (8, 32)}
+    assert len(set(counts.values())) == 1, counts
+    cached = {(experiences, batch): most(count("CoLoR-cached", experiences, batch).per("eval"))
+              for experiences in (1, 3) for batch in (8, 32)}
+    assert len(set(cached.values())) == 1, cached
+
+
+# ---------------------------------------------------------------------- the deferred loss check
+
+
+def test_a_deferred_loss_check_names_the_first_bad_step_and_keeps_nan_out_of_the_weights(one_thread):
+    strategy = CoLoR(tiny_vit(0), rank=2, k=3, lr=0.05, train_epochs=1, train_mb_size=8, evaluator=evaluator())
+    [checks] = [plugin for plugin in strategy.plugins if isinstance(plugin, DataChecksPlugin)]
+    checks.loss_check_every = 4
+
+    class PoisonFrom(SupervisedPlugin):
+        def __init__(self, iteration: int) -> None:
+            super().__init__()
+            self.iteration = iteration
+
+        def after_forward(self, strategy, **kwargs) -> None:
+            if strategy.clock.train_epoch_iterations >= self.iteration:
+                strategy.mb_output = strategy.mb_output * float("nan")
+
+    strategy.plugins.insert(0, PoisonFrom(iteration=1))
+    with pytest.raises(FloatingPointError, match=r"non-finite at experience 0, epoch 0, iteration 1; read 2 steps "
+                                                 r"later"):
+        strategy.train(domain_stream(1).train_stream[0])
+    trained = [p for group in strategy.optimizer.param_groups for p in group["params"]]
+    assert all(bool(torch.isfinite(p).all()) for p in trained)
+
+
+def test_the_deferred_check_reads_once_per_interval_and_at_the_end():
+    check = DeferredLossCheck(3)
+    reads = Counter()
+    with counting(SyncCounter()) as counter:
+        counter.open("check")
+        for step in range(3):
+            check.add(torch.tensor(1.0), f"step {step}")
+            if check.due:
+                check.check()
+        counter.close()
+        reads = counter.per("check")[0]
+    assert sum(reads.values()) == 1
+    check.add(torch.tensor(float("inf")), "step 3")
+    with pytest.raises(FloatingPointError, match="non-finite at step 3; read 0 steps later"):
+        check.check()
+    with pytest.raises(ValueError, match="every must be an integer >= 1, got 0"):
+        DeferredLossCheck(0)

@@ -1,0 +1,164 @@
+"""precision= on every strategy: bf16-mixed trains as float32 does, the trained weights stay float32,
+16-mixed scales its gradients, and a ViT cast to bfloat16 (the trained weights then bfloat16) is warned of."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from avalanche.core import SupervisedPlugin
+
+from avalanche_color import L2P, CoLoR, InfLoRA, SDLoRA, SPrompts
+from avalanche_color.training.precision import autocast, grad_scaler
+from helpers import quiet_evaluator, stream_metric, train_all
+from lora_sum_cases import tiny_vit as pooled_vit
+from streams import class_stream, domain_stream, tiny_vit
+
+STRATEGIES = {
+    "CoLoR": lambda **o: CoLoR(tiny_vit(0), rank=4, k=3, **o),
+    "S-Prompts": lambda **o: SPrompts(tiny_vit(0), prompt_length=2, k=3, **o),
+    "L2P": lambda **o: L2P(tiny_vit(0), pool_size=4, prompt_length=2, top_n=2, **o),
+    "SD-LoRA": lambda **o: SDLoRA(pooled_vit(0), rank=2, **o),
+    "InfLoRA": lambda **o: InfLoRA(pooled_vit(0), rank=2, optimizer="sgd", **o),
+}
+
+
+class FirstStep(SupervisedPlugin):
+    """The share of trained entries the first optimiser step changes, and the trained weights' dtypes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.start: list[torch.Tensor] = []
+        self.changed: float | None = None
+        self.dtypes: set[torch.dtype] = set()
+        self.autocast_in_forward: bool | None = None
+
+    def trained(self, strategy) -> list[torch.Tensor]:
+        return [p for group in strategy.optimizer.param_groups for p in group["params"]]
+
+    def before_training_iteration(self, strategy, **kwargs) -> None:
+        if self.changed is None:
+            self.start = [p.detach().clone() for p in self.trained(strategy)]
+
+    def after_forward(self, strategy, **kwargs) -> None:
+        if self.autocast_in_forward is None:
+            self.autocast_in_forward = torch.is_autocast_enabled("cpu")
+
+    def after_update(self, strategy, **kwargs) -> None:
+        if self.changed is None:
+            after = self.trained(strategy)
+            changed = sum(int((a != b).sum()) for a, b in zip(after, self.start))
+            self.changed = changed / sum(p.numel() for p in after)
+            self.dtypes = {p.dtype for p in after}
+
+
+def first_step(name: str, precision: str, lr: float) -> FirstStep:
+    probe = FirstStep()
+    strategy = STRATEGIES[name](precision=precision, lr=lr, train_epochs=1, train_mb_size=16, eval_mb_size=64,
+                                plugins=[probe], evaluator=quiet_evaluator())
+    benchmark = class_stream(num_experiences=1) if name in ("SD-LoRA", "InfLoRA", "L2P") else domain_stream(1)
+    strategy.train(benchmark.train_stream[0])
+    return probe
+
+
+@pytest.mark.parametrize("name", list(STRATEGIES))
+def test_bf16_mixed_changes_as_many_trained_weights_per_step_as_float32(name, one_thread):
+    # At lr 1e-3 a bfloat16 weight would change in 0% of LoRA entries (the issue's measurement).
+    full, mixed = first_step(name, "32-true", 1e-3), first_step(name, "bf16-mixed", 1e-3)
+    assert mixed.autocast_in_forward and not full.autocast_in_forward
+    assert full.dtypes == mixed.dtypes == {torch.float32}
+    assert full.changed > 0.3
+    assert mixed.changed >= 0.95 * full.changed
+
+
+class OverTheExperience(FirstStep):
+    """The share of trained entries that changed from the first step to the end of the experience."""
+
+    def after_update(self, strategy, **kwargs) -> None:
+        after = self.trained(strategy)
+        self.changed = sum(int((a != b).sum()) for a, b in zip(after, self.start)) / sum(p.numel() for p in after)
+        self.dtypes = {p.dtype for p in after}
+
+
+@pytest.mark.parametrize("name", ["CoLoR", "L2P"])
+def test_16_mixed_trains_with_a_gradient_scaler(name, one_thread):
+    # The scaler starts at 2^16 and halves, skipping the step, while the scaled gradients overflow.
+    probe = OverTheExperience()
+    strategy = STRATEGIES[name](precision="16-mixed", lr=1e-3, train_epochs=2, train_mb_size=16, plugins=[probe],
+                                evaluator=quiet_evaluator(), **({"grad_clip_norm": 1.0} if name == "L2P" else {}))
+    benchmark = class_stream(num_experiences=1) if name == "L2P" else domain_stream(1)
+    strategy.train(benchmark.train_stream[0])
+    assert isinstance(strategy._grad_scaler, torch.amp.GradScaler)
+    assert probe.dtypes == {torch.float32} and probe.changed > 0.3
+
+
+def test_bf16_mixed_reaches_the_float32_accuracy_on_a_tiny_stream(one_thread):
+    accuracies = {}
+    for precision in ("32-true", "bf16-mixed"):
+        strategy = CoLoR(tiny_vit(0), rank=4, k=3, lr=0.05, train_epochs=4, train_mb_size=16, eval_mb_size=64,
+                         precision=precision, evaluator=quiet_evaluator())
+        accuracies[precision] = stream_metric(train_all(strategy, class_stream()), "Top1_Acc")
+    assert accuracies["32-true"] > 0.5  # chance: 0.25
+    assert abs(accuracies["bf16-mixed"] - accuracies["32-true"]) <= 0.05, accuracies
+
+
+def test_evaluation_runs_under_autocast_and_routing_stays_float32(one_thread):
+    strategy = CoLoR(tiny_vit(0), rank=4, k=3, lr=0.05, train_epochs=1, train_mb_size=16, eval_mb_size=64,
+                     precision="bf16-mixed", evaluator=quiet_evaluator())
+    benchmark = domain_stream(2)
+    seen = []
+    router = strategy.model.router
+    original = type(router).forward
+
+    def recording(self, features, *args, **kwargs):
+        seen.append((torch.is_autocast_enabled("cpu"), features.dtype))
+        return original(self, features, *args, **kwargs)
+
+    for experience in benchmark.train_stream:
+        strategy.train(experience)
+    type(router).forward = recording
+    try:
+        strategy.eval(benchmark.test_stream)
+    finally:
+        type(router).forward = original
+    # The router was called under the strategy's autocast (its features bfloat16) and computed in float32.
+    assert seen and all(enabled for enabled, _ in seen)
+
+
+def test_a_bfloat16_vit_is_warned_of_with_the_option_to_use_instead(one_thread):
+    strategy = CoLoR(tiny_vit(0).to(torch.bfloat16), rank=4, k=3, train_epochs=1, train_mb_size=16,
+                     evaluator=quiet_evaluator())
+    with pytest.warns(UserWarning, match=r"trains weights in bfloat16.*precision='bf16-mixed'"):
+        strategy.train(domain_stream(1).train_stream[0])
+    strategy = CoLoR(tiny_vit(0), rank=4, k=3, train_epochs=1, train_mb_size=16, precision="bf16-mixed",
+                     evaluator=quiet_evaluator())
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*trains weights in")
+        strategy.train(domain_stream(1).train_stream[0])
+
+
+def test_precision_is_checked_by_name():
+    with pytest.raises(ValueError, match=r"precision must be one of \('32-true', 'bf16-mixed', '16-mixed'\), "
+                                         r"got 'bf16'"):
+        CoLoR(tiny_vit(0), precision="bf16")
+    assert autocast("32-true", "cpu").__class__.__name__ == "nullcontext"
+    assert grad_scaler("bf16-mixed", "cpu") is None and grad_scaler("16-mixed", "cpu") is not None
+
+
+def test_the_runner_gives_precision_to_the_package_strategies_only(tiny_backbone):
+    from avalanche_color.runner.config import RunConfig
+    from avalanche_color.runner.methods import METHODS
+    from avalanche_color.runner.run import build_method
+
+    config = RunConfig(benchmark="digits_class", precision="bf16-mixed", ranks=(2,), ridge_width=64)
+    backbone = lambda classes: tiny_vit(0, num_classes=classes)  # noqa: E731
+    precisions = {}
+    for name in ("CoLoR", "S-Prompts", "L2P", "SD-LoRA", "InfLoRA", "Naive"):
+        strategy = build_method(name, config, backbone, 10, k=3)
+        precisions[name] = getattr(getattr(strategy, "config", None), "precision", None)
+    assert precisions == {"CoLoR": "bf16-mixed", "S-Prompts": "bf16-mixed", "L2P": "bf16-mixed",
+                          "SD-LoRA": "bf16-mixed", "InfLoRA": "bf16-mixed", "Naive": None}
+    assert "Naive" in METHODS
+    with pytest.raises(ValueError, match="precision must be one of"):
+        RunConfig(benchmark="digits_class", precision="bf16")
