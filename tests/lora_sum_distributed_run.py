@@ -2,8 +2,11 @@
 
 Usage: torchrun --standalone --nproc_per_node=2 tests/lora_sum_distributed_run.py OUT_DIR METHOD TRAIN_MB_SIZE
 Writes OUT_DIR/rank{RANK}.pt: the learned state, the stream accuracy and the labels the metrics saw.
+The process group's backend: $AVALANCHE_COLOR_TEST_BACKEND, "gloo" (CPU, the default) or "nccl"
+(each rank on cuda:{LOCAL_RANK}).
 """
 
+import os
 import sys
 from pathlib import Path
 
@@ -14,6 +17,7 @@ torch.set_num_threads(1)
 from avalanche.distributed import DistributedHelper  # noqa: E402
 
 from avalanche_color import InfLoRA, SDLoRA  # noqa: E402
+from avalanche_color.training.distributed import init_distributed  # noqa: E402
 from helpers import SeenLabels  # noqa: E402
 from lora_sum_torchrun import distributed_run  # noqa: E402
 
@@ -21,12 +25,12 @@ STRATEGIES = {"SDLoRA": SDLoRA, "InfLoRA": InfLoRA}
 
 
 def main(out: Path, method: str, train_mb_size: int) -> None:
-    DistributedHelper.init_distributed(0, backend="gloo", use_cuda=False)
+    device = init_distributed(0, backend=os.environ.get("AVALANCHE_COLOR_TEST_BACKEND", "gloo"))
     seen = SeenLabels()
-    strategy, accuracy = distributed_run(STRATEGIES[method], train_mb_size, plugins=[seen])
+    strategy, accuracy = distributed_run(STRATEGIES[method], train_mb_size, plugins=[seen], device=device)
     torch.save({"world_size": DistributedHelper.world_size, "accuracy": accuracy,
                 "state": {k: v.cpu() for k, v in strategy.model.experts_state_dict().items()},
-                "seen_labels": {exp: torch.cat(batches) for exp, batches in seen.labels.items()}},
+                "seen_labels": {exp: torch.cat(batches).cpu() for exp, batches in seen.labels.items()}},
                out / f"rank{DistributedHelper.rank}.pt")
     torch.distributed.destroy_process_group()
 

@@ -21,9 +21,9 @@ from streams import class_stream
 DISTRIBUTED_STREAM = dict(num_experiences=2, per_class=8)  # 16 training samples per experience
 
 
-def distributed_run(strategy_class, train_mb_size: int, plugins=()):
+def distributed_run(strategy_class, train_mb_size: int, plugins=(), device="cpu"):
     """Train and evaluate on a 2-experience stream, one full-experience batch per step."""
-    strategy = tiny(strategy_class, train_mb_size=train_mb_size, train_epochs=4, plugins=list(plugins))
+    strategy = tiny(strategy_class, train_mb_size=train_mb_size, train_epochs=4, plugins=list(plugins), device=device)
     benchmark = class_stream(**DISTRIBUTED_STREAM)
     for experience in benchmark.train_stream:
         strategy.train(experience)
