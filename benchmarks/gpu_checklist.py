@@ -12,7 +12,7 @@ Steps, each written to ``--out`` (``benchmarks/results/gpu-checklist/`` by defau
    bfloat16 autocast (what ``precision="bf16-mixed"`` runs).
 2. ``syncs.md``: host syncs per training step and per evaluation batch of every strategy of the
    package, on a tiny ViT: on CUDA the warnings of ``torch.cuda.set_sync_debug_mode("warn")``, on a
-   CPU the reads of device tensors (``Tensor.item``, ``__bool__``, ``__int__``, ``__float__``,
+   CPU the reads of device tensors (``Tensor.item``, ``__bool__``, ``__int__``, ``__float__``, ``__index__``,
    ``tolist``) that would be syncs on a GPU.
 3. ``torchrun.md``: the runner on 2 GPUs with NCCL (``torchrun --nproc_per_node=2``) against one
    process, on the digits stream: average accuracy within 0.05, and wall time.
@@ -30,7 +30,6 @@ import shlex
 import subprocess
 import sys
 import time
-import traceback
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -39,8 +38,6 @@ from typing import Any, Callable, Optional
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "gpu-checklist"
 PRECISIONS = ("32-true", "bf16-mixed")
-READS = ("item", "__bool__", "__int__", "__float__", "tolist")
-NOT_COUNTED = ("/torch/utils/data/", "/avalanche/benchmarks/", "/torch/optim/")  # host tensors, even on a GPU
 STRATEGIES = ("CoLoR", "CoLoR-cached", "S-Prompts", "L2P", "SD-LoRA", "InfLoRA")
 
 
@@ -99,93 +96,55 @@ def shown(command: list[str], env: Optional[dict[str, str]] = None) -> str:
 
 
 class SyncWindows:
-    """Host syncs per training step and per evaluation batch, as an Avalanche plugin.
+    """Host syncs per training step and per evaluation batch (``plugin``, an Avalanche plugin).
 
     On CUDA it counts the warnings of ``torch.cuda.set_sync_debug_mode("warn")`` (each real sync); on a
-    CPU the reads of tensors on the host that would be syncs on a GPU.
+    CPU the reads of tensors on the host that would be syncs on a GPU (:mod:`benchmarks.host_reads`).
     """
 
     def __init__(self, device: str) -> None:
-        from avalanche.core import SupervisedPlugin
+        from benchmarks.host_reads import HostReads
 
-        windows = self
-
-        class Plugin(SupervisedPlugin):
-            def before_training_iteration(self, strategy, **kwargs):
-                windows.open("train")
-
-            def after_training_iteration(self, strategy, **kwargs):
-                windows.close()
-
-            def before_eval_iteration(self, strategy, **kwargs):
-                windows.open("eval")
-
-            def after_eval_exp(self, strategy, **kwargs):
-                windows.close()
-
-        self.plugin = Plugin()
+        self.plugin = HostReads()
         self.cuda = device.startswith("cuda")
-        self.kind: Optional[str] = None
-        self.window: Counter = Counter()
-        self.counts: dict[str, list[int]] = {"train": [], "eval": []}
-        self.where: Counter = Counter()
 
-    def open(self, kind: str) -> None:
-        self.close()
-        self.kind, self.window = kind, Counter()
+    def steps(self, kind: str) -> list[int]:
+        """The syncs of each window of ``kind`` ("train" or "eval")."""
+        return [sum(window.values()) for window in self.plugin.per(kind)]
 
-    def close(self) -> None:
-        if self.kind is not None:
-            self.counts[self.kind].append(sum(self.window.values()))
-            self.where.update(self.window)
-        self.kind = None
-
-    def record(self, what: str) -> None:
-        if self.kind is None:
-            return
-        stack = traceback.extract_stack()[:-2]
-        if any(part in frame.filename for frame in stack for part in NOT_COUNTED):
-            return
-        frame = next((f for f in reversed(stack) if "avalanche_color" in f.filename), stack[-1])
-        self.window[f"{what} at {frame.filename.rsplit('avalanche_color/', 1)[-1]}:{frame.lineno}"] += 1
+    def where(self) -> Counter:
+        """The syncs per place, over every window."""
+        places: Counter = Counter()
+        for _, window in self.plugin.counts:
+            places.update({f"{what} at {place}": count for (what, place), count in window.items()})
+        return places
 
     def run(self, body: Callable[[], None]) -> None:
         import torch
 
-        if self.cuda:
-            def show(message, category, filename, lineno, file=None, line=None):
-                if "synchroniz" in str(message):
-                    self.record("sync")
-                else:
-                    original(message, category, filename, lineno, file, line)
+        from benchmarks.host_reads import counting
 
-            original = warnings.showwarning
-            warnings.showwarning = show
-            torch.cuda.set_sync_debug_mode("warn")
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("always")
-                    warnings.showwarning = show
-                    body()
-            finally:
-                torch.cuda.set_sync_debug_mode("default")
-                warnings.showwarning = original
+        if not self.cuda:
+            with counting(self.plugin):
+                body()
             return
-        originals = {name: getattr(torch.Tensor, name) for name in READS}
 
-        def wrapped(name: str):
-            def read(tensor, *args, **kwargs):
-                self.record(name)
-                return originals[name](tensor, *args, **kwargs)
-            return read
+        def show(message, category, filename, lineno, file=None, line=None):
+            if "synchroniz" in str(message):
+                self.plugin.record("sync")
+            else:
+                original(message, category, filename, lineno, file, line)
 
-        for name in READS:
-            setattr(torch.Tensor, name, wrapped(name))
+        original = warnings.showwarning
+        torch.cuda.set_sync_debug_mode("warn")
         try:
-            body()
+            with warnings.catch_warnings():
+                warnings.simplefilter("always")
+                warnings.showwarning = show
+                body()
         finally:
-            for name, method in originals.items():
-                setattr(torch.Tensor, name, method)
+            torch.cuda.set_sync_debug_mode("default")
+            warnings.showwarning = original
 
 
 def tiny_strategies(device: str, precision: str, plugin: Any) -> dict[str, Any]:
@@ -251,12 +210,12 @@ def sync_counts(device: str, steps: int, strategies: tuple[str, ...] = STRATEGIE
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message="No loggers specified")
                 windows.run(body)
-            train, evaluation = windows.counts["train"], windows.counts["eval"]
-            where = ", ".join(f"{place} ({count})" for place, count in windows.where.most_common(4))
+            train, evaluation = windows.steps("train"), windows.steps("eval")
+            where = ", ".join(f"{place} ({count})" for place, count in windows.where().most_common(4))
             rows.append(f"| {name} | {precision} | {max(train)}, {sorted(train)[len(train) // 2]} | "
                         f"{max(evaluation)}, {sorted(evaluation)[len(evaluation) // 2]} | {where or '-'} |")
     how = ("torch.cuda.set_sync_debug_mode('warn') warnings" if device.startswith("cuda")
-           else "reads of tensors on the host (Tensor.item, __bool__, __int__, __float__, tolist): the syncs a GPU "
+           else "reads of tensors on the host (Tensor.item, __bool__, __int__, __float__, __index__, tolist): the syncs a GPU "
                 "would make")
     return "\n".join([f"## Host syncs ({device})", "", f"Counted: {how}; tiny ViT (2 blocks, 32 wide, 16 px), "
                       f"batch 16, {steps} steps per experience, 2 experiences, two evaluations (CoLoR-cached: "

@@ -1,7 +1,8 @@
 """Host syncs counted on CPU: what a training step and an evaluation batch read from device tensors.
 
-Each call of ``Tensor.item``, ``__bool__``, ``__int__``, ``__float__`` or ``tolist`` made while a training
-iteration or an evaluation batch runs is counted (on a GPU each one waits for the device to drain).
+Each call of ``Tensor.item``, ``__bool__``, ``__int__``, ``__float__``, ``__index__`` or ``tolist`` made while a
+training iteration or an evaluation batch runs is counted by ``benchmarks.host_reads`` (on a GPU each one waits
+for the device to drain).
 Not counted: data loading (host tensors of the dataset and the loader) and ``torch.optim`` (Adam's step
 counters are host tensors on a GPU too). On a GPU, ``benchmarks.gpu_checklist`` counts the real syncs
 with ``torch.cuda.set_sync_debug_mode``.
@@ -9,9 +10,7 @@ with ``torch.cuda.set_sync_debug_mode``.
 
 from __future__ import annotations
 
-import traceback
 from collections import Counter
-from contextlib import contextmanager
 
 import pytest
 import torch
@@ -21,11 +20,10 @@ from avalanche.training.plugins import EvaluationPlugin
 from avalanche_color import L2P, CoLoR, InfLoRA, SDLoRA, SPrompts
 from avalanche_color.evaluation.routing_accuracy import routing_accuracy_metrics
 from avalanche_color.training.data_checks import DataChecksPlugin, DeferredLossCheck
+from benchmarks.host_reads import HostReads, counting
 from lora_sum_cases import tiny_vit as pooled_vit
 from streams import class_stream, domain_stream, tiny_vit
 
-READS = ("item", "__bool__", "__int__", "__float__", "tolist")
-NOT_COUNTED = ("/torch/utils/data/", "/avalanche/benchmarks/", "/torch/optim/")
 TRAINING_BUDGET = 1  # per training step
 # Per evaluation batch, whatever the batch size and the number of experts: the images' finiteness check,
 # the mixed-expert prediction's read (experts/prediction.py), and, on the first batch after an experience
@@ -34,69 +32,6 @@ EVAL_BUDGET = 3
 # With cache_evaluation, two more: the routed experts, read once per batch to look rows up, and, on the
 # first batch after an experience only, the experts' finished flags. (On a GPU the images' keys are one more.)
 CACHED_EVAL_BUDGET = 5
-
-
-class SyncCounter(SupervisedPlugin):
-    """Counts reads of tensors on the host per training iteration and per evaluation batch (an evaluation
-    window closes when the next opens, so the evaluator's metrics, which run after every plugin, are in it)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.counts: list[tuple[str, Counter]] = []
-        self.window: Counter | None = None
-        self.kind = ""
-
-    def record(self, name: str) -> None:
-        if self.window is None:
-            return
-        stack = traceback.extract_stack()[:-2]
-        if any(part in frame.filename for frame in stack for part in NOT_COUNTED):
-            return
-        frame = next((f for f in reversed(stack) if "avalanche" in f.filename), stack[-1])
-        self.window[(name, f"{frame.filename.rsplit('/', 2)[-1]}:{frame.lineno}")] += 1
-
-    def open(self, kind: str) -> None:
-        self.close()
-        self.kind, self.window = kind, Counter()
-
-    def close(self) -> None:
-        if self.window is not None:
-            self.counts.append((self.kind, self.window))
-        self.window = None
-
-    def before_training_iteration(self, strategy, **kwargs) -> None:
-        self.open("train")
-
-    def after_training_iteration(self, strategy, **kwargs) -> None:
-        self.close()  # the step's callbacks have run (the evaluator here has no training metrics)
-
-    def before_eval_iteration(self, strategy, **kwargs) -> None:
-        self.open("eval")
-
-    def after_eval_exp(self, strategy, **kwargs) -> None:
-        self.close()
-
-    def per(self, kind: str) -> list[Counter]:
-        return [window for window_kind, window in self.counts if window_kind == kind]
-
-
-@contextmanager
-def counting(counter: SyncCounter):
-    originals = {name: getattr(torch.Tensor, name) for name in READS}
-
-    def wrapped(name):
-        def read(self, *args, **kwargs):
-            counter.record(name)
-            return originals[name](self, *args, **kwargs)
-        return read
-
-    for name in READS:
-        setattr(torch.Tensor, name, wrapped(name))
-    try:
-        yield counter
-    finally:
-        for name, original in originals.items():
-            setattr(torch.Tensor, name, original)
 
 
 def evaluator() -> EvaluationPlugin:
@@ -115,8 +50,8 @@ STRATEGIES = {
 }
 
 
-def count(name: str, experiences: int = 2, eval_mb_size: int = 16, loss_check_every=None) -> SyncCounter:
-    counter = SyncCounter()
+def count(name: str, experiences: int = 2, eval_mb_size: int = 16, loss_check_every=None) -> HostReads:
+    counter = HostReads()
     strategy, stream = STRATEGIES[name](train_epochs=1, train_mb_size=16, eval_mb_size=eval_mb_size,
                                         plugins=[counter], evaluator=evaluator())
     if loss_check_every is not None:
@@ -188,8 +123,7 @@ def test_a_deferred_loss_check_names_the_first_bad_step_and_keeps_nan_out_of_the
 
 def test_the_deferred_check_reads_once_per_interval_and_at_the_end():
     check = DeferredLossCheck(3)
-    reads = Counter()
-    with counting(SyncCounter()) as counter:
+    with counting(HostReads()) as counter:
         counter.open("check")
         for step in range(3):
             check.add(torch.tensor(1.0), f"step {step}")

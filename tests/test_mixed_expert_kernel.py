@@ -9,6 +9,7 @@ import torch
 
 from avalanche_color import ExpertViT, QKVExperts
 from avalanche_color.experts.prediction import gathers, predict
+from benchmarks.host_reads import HostReads, counting
 from benchmarks.perf.kernels import count_operators
 from streams import IMAGE_SIZE, tiny_vit
 
@@ -147,36 +148,19 @@ def test_the_gathered_operators_do_not_grow_with_the_experts_in_a_batch():
     assert operators("segments", four) > operators("segments", two)
 
 
-class SyncCounter:
-    """Counts the Tensor calls that copy a value to the host (each waits for a GPU)."""
-
-    METHODS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__")
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.count = 0
-        for name in self.METHODS:
-            original = getattr(torch.Tensor, name)
-            monkeypatch.setattr(torch.Tensor, name, self._counted(original))
-
-    def _counted(self, original):
-        def counted(tensor, *args, **kwargs):
-            self.count += 1
-            return original(tensor, *args, **kwargs)
-        return counted
-
-
 @pytest.mark.parametrize("batch, count", [(4, 2), (12, 4)])
-def test_host_syncs_of_an_evaluation_batch_do_not_depend_on_its_size_or_experts(monkeypatch, batch, count):
+def test_host_syncs_of_an_evaluation_batch_do_not_depend_on_its_size_or_experts(batch, count):
     model = random_experts()
     x = images(batch)
     experts = torch.arange(batch) % count
     num_classes = model.num_classes
-    syncs = SyncCounter(monkeypatch)
-    with torch.no_grad():
+    reads = HostReads()
+    with torch.no_grad(), counting(reads):
         for kernel, allowed in (("gathered", 0), ("segments", 1)):
-            before = syncs.count
+            reads.open(kernel)
             predict(model.features, model.bank.heads, num_classes, x, experts, None, kernel)
-            assert syncs.count - before == allowed, kernel
+            reads.close()
+            assert sum(reads.per(kernel)[0].values()) == allowed, kernel
 
 
 def test_auto_gathers_on_cuda_only_and_other_names_are_refused():
