@@ -13,8 +13,9 @@ Where each part of the method lives:
 * ``experts/``: the routed model (:class:`RoutedExpertViT`: the frozen ViT, an ``ExpertBank``
   of experts, heads and their records, and a router; the routing features come from the backbone
   or, for CoLoR++ (``routing_features="first_expert"``), the first expert), saved as a folder.
-* ``training/``: the training template shared by CoLoR and S-Prompts, the plugin that fits the
-  routers, checkpoint/resume, data checks, torchrun.
+* ``training/``: the one strategy base of every method (:class:`ConfiguredStrategy`), the template
+  CoLoR and S-Prompts share over it, the plugin that fits the routers, checkpoint/resume, data
+  checks, torchrun.
 * ``color/``: CoLoR itself: :class:`ExpertViT`, :class:`CoLoR`, :class:`LoRAExpertsPlugin`.
 * ``peers/``: the prompt-based peers, S-Prompts and L2P, and the LoRA peers that adapt one shared
   ViT and route nothing, SD-LoRA and InfLoRA.
@@ -32,8 +33,10 @@ import CoLoR`` imports torch, timm and Avalanche then), so a script or command l
 
 from __future__ import annotations
 
+import ast
 import importlib
 import warnings
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from avalanche_color.version import __version__ as __version__  # re-exported
@@ -42,115 +45,19 @@ from avalanche_color.version import __version__ as __version__  # re-exported
 # no QP solver is installed. Filtered here, narrowly, since Avalanche is imported lazily from anywhere.
 warnings.filterwarnings("ignore", message="no QP solver found", category=UserWarning, module="qpsolvers")
 
-# Public name -> the module that defines it; imported on first access (PEP 562).
-_EXPORTS: dict[str, str] = {
-    "CheckpointError": "avalanche_color.training.checkpoint",
-    "CheckpointPlugin": "avalanche_color.training.resume",
-    "CoLoR": "avalanche_color.color.strategy",
-    "CoLoRConfig": "avalanche_color.color.config",
-    "DataChecksPlugin": "avalanche_color.training.data_checks",
-    "ExpertHead": "avalanche_color.experts.heads",
-    "ExpertViT": "avalanche_color.color.model",
-    "InfLoRA": "avalanche_color.peers.inf_lora.strategy",
-    "InfLoRAConfig": "avalanche_color.peers.inf_lora.config",
-    "InfLoRAViT": "avalanche_color.peers.inf_lora.model",
-    "L2P": "avalanche_color.peers.l2p.strategy",
-    "L2PConfig": "avalanche_color.peers.l2p.config",
-    "L2PModelOptions": "avalanche_color.peers.l2p.config",
-    "L2PViT": "avalanche_color.peers.l2p.model",
-    "LoRAExpertsPlugin": "avalanche_color.color.plugins",
-    "LoRAOptions": "avalanche_color.color.config",
-    "PromptExpertViT": "avalanche_color.peers.s_prompts.model",
-    "PromptOptions": "avalanche_color.peers.s_prompts.config",
-    "PromptPool": "avalanche_color.peers.l2p.prompt_pool",
-    "PrototypeOptions": "avalanche_color.config",
-    "PrototypeRouter": "avalanche_color.routing.router",
-    "PrototypeRouterPlugin": "avalanche_color.training.router_plugin",
-    "QKVExperts": "avalanche_color.lora.qv_experts",
-    "QVLoRA": "avalanche_color.lora.qv_experts",
-    "RoutedExpertViT": "avalanche_color.experts.routed_vit",
-    "RoutedExpertsTemplate": "avalanche_color.training.template",
-    "RoutingAccuracy": "avalanche_color.evaluation.routing_accuracy",
-    "RoutingOptions": "avalanche_color.config",
-    "SPrompts": "avalanche_color.peers.s_prompts.strategy",
-    "SDLoRA": "avalanche_color.peers.sd_lora.strategy",
-    "SDLoRAConfig": "avalanche_color.peers.sd_lora.config",
-    "SDLoRAViT": "avalanche_color.peers.sd_lora.model",
-    "SPromptsConfig": "avalanche_color.peers.s_prompts.config",
-    "SavedModelError": "avalanche_color.experts.integrity",
-    "WandBLogger": "avalanche_color.evaluation.wandb_logger",
-    "backbone_data_config": "avalanche_color.backbones.preprocessing",
-    "backbone_transform": "avalanche_color.backbones.preprocessing",
-    "fit_class_prototypes": "avalanche_color.routing.prototypes",
-    "fit_prototypes": "avalanche_color.routing.prototypes",
-    "init_distributed": "avalanche_color.training.distributed",
-    "read_checkpoint": "avalanche_color.training.checkpoint",
-    "routing_accuracy_metrics": "avalanche_color.evaluation.routing_accuracy",
-    "train_stream": "avalanche_color.training.resume",
-    # Building blocks the comparison runner (avalanche_color.runner) builds its baselines and
-    # writes its files with; public so that a script can do as the runner does.
-    "PerExperienceCosine": "avalanche_color.training.cosine_schedule",
-    "RandomFeatureRidge": "avalanche_color.routing.ridge",
-    "data_loader": "avalanche_color.training.loaders",
-    "experience_classes": "avalanche_color.utils.experiences",
-    "loader_options": "avalanche_color.training.loaders",
-    "tensors_digest": "avalanche_color.utils.digests",
-    "write_atomically": "avalanche_color.utils.files",
-}
+# The public names, each imported on first access (PEP 562): the TYPE_CHECKING block at the end of
+# this file is their one list. Type checkers and editors read it as written (``import X as X`` marks a
+# name as re-exported); at run time it is read from this file's source, never executed.
+def _public_names() -> dict[str, str]:
+    """Public name -> the module that defines it, as the ``TYPE_CHECKING`` block imports them."""
+    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
+    [block] = [node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"]
+    return {alias.name: node.module for node in block.body if isinstance(node, ast.ImportFrom)
+            for alias in node.names if node.module}
 
-# Written out (not sorted(_EXPORTS)) so that tools reading the source see it; tests check they agree.
-__all__ = [
-    "CheckpointError",
-    "CheckpointPlugin",
-    "CoLoR",
-    "CoLoRConfig",
-    "DataChecksPlugin",
-    "ExpertHead",
-    "ExpertViT",
-    "InfLoRA",
-    "InfLoRAConfig",
-    "InfLoRAViT",
-    "L2P",
-    "L2PConfig",
-    "L2PModelOptions",
-    "L2PViT",
-    "LoRAExpertsPlugin",
-    "LoRAOptions",
-    "PerExperienceCosine",
-    "PromptExpertViT",
-    "PromptOptions",
-    "PromptPool",
-    "PrototypeOptions",
-    "PrototypeRouter",
-    "PrototypeRouterPlugin",
-    "QKVExperts",
-    "QVLoRA",
-    "RandomFeatureRidge",
-    "RoutedExpertViT",
-    "RoutedExpertsTemplate",
-    "RoutingAccuracy",
-    "RoutingOptions",
-    "SDLoRA",
-    "SDLoRAConfig",
-    "SDLoRAViT",
-    "SPrompts",
-    "SPromptsConfig",
-    "SavedModelError",
-    "WandBLogger",
-    "backbone_data_config",
-    "backbone_transform",
-    "data_loader",
-    "experience_classes",
-    "fit_class_prototypes",
-    "fit_prototypes",
-    "init_distributed",
-    "loader_options",
-    "read_checkpoint",
-    "routing_accuracy_metrics",
-    "tensors_digest",
-    "train_stream",
-    "write_atomically",
-]
+
+_EXPORTS: dict[str, str] = _public_names()
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
@@ -166,44 +73,55 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *_EXPORTS})
 
 
-if TYPE_CHECKING:  # what editors and type checkers see: the same names, imported eagerly
-    from avalanche_color.backbones.preprocessing import backbone_data_config, backbone_transform
-    from avalanche_color.color.model import ExpertViT
-    from avalanche_color.color.plugins import LoRAExpertsPlugin
-    from avalanche_color.color.strategy import CoLoR
-    from avalanche_color.color.config import CoLoRConfig, LoRAOptions
-    from avalanche_color.config import PrototypeOptions, RoutingOptions
-    from avalanche_color.evaluation.routing_accuracy import RoutingAccuracy, routing_accuracy_metrics
-    from avalanche_color.evaluation.wandb_logger import WandBLogger
-    from avalanche_color.experts.heads import ExpertHead
-    from avalanche_color.experts.integrity import SavedModelError
-    from avalanche_color.experts.routed_vit import RoutedExpertViT
-    from avalanche_color.lora.qv_experts import QKVExperts, QVLoRA
-    from avalanche_color.peers.inf_lora.config import InfLoRAConfig
-    from avalanche_color.peers.inf_lora.model import InfLoRAViT
-    from avalanche_color.peers.inf_lora.strategy import InfLoRA
-    from avalanche_color.peers.l2p.config import L2PConfig, L2PModelOptions
-    from avalanche_color.peers.l2p.model import L2PViT
-    from avalanche_color.peers.l2p.prompt_pool import PromptPool
-    from avalanche_color.peers.l2p.strategy import L2P
-    from avalanche_color.peers.s_prompts.config import PromptOptions, SPromptsConfig
-    from avalanche_color.peers.s_prompts.model import PromptExpertViT
-    from avalanche_color.peers.s_prompts.strategy import SPrompts
-    from avalanche_color.peers.sd_lora.config import SDLoRAConfig
-    from avalanche_color.peers.sd_lora.model import SDLoRAViT
-    from avalanche_color.peers.sd_lora.strategy import SDLoRA
-    from avalanche_color.routing.prototypes import fit_class_prototypes, fit_prototypes
-    from avalanche_color.routing.router import PrototypeRouter
-    from avalanche_color.training.checkpoint import CheckpointError, read_checkpoint
-    from avalanche_color.training.data_checks import DataChecksPlugin
-    from avalanche_color.training.distributed import init_distributed
-    from avalanche_color.training.resume import CheckpointPlugin, train_stream
-    from avalanche_color.training.router_plugin import PrototypeRouterPlugin
-    from avalanche_color.training.template import RoutedExpertsTemplate
-    # used by the runner
-    from avalanche_color.routing.ridge import RandomFeatureRidge
-    from avalanche_color.training.cosine_schedule import PerExperienceCosine
-    from avalanche_color.training.loaders import data_loader, loader_options
-    from avalanche_color.utils.digests import tensors_digest
-    from avalanche_color.utils.experiences import experience_classes
-    from avalanche_color.utils.files import write_atomically
+if TYPE_CHECKING:  # the public names (see _public_names), imported eagerly for type checkers and editors
+    from avalanche_color.backbones.preprocessing import backbone_data_config as backbone_data_config
+    from avalanche_color.backbones.preprocessing import backbone_transform as backbone_transform
+    from avalanche_color.color.config import CoLoRConfig as CoLoRConfig
+    from avalanche_color.color.config import LoRAOptions as LoRAOptions
+    from avalanche_color.color.model import ExpertViT as ExpertViT
+    from avalanche_color.color.plugins import LoRAExpertsPlugin as LoRAExpertsPlugin
+    from avalanche_color.color.strategy import CoLoR as CoLoR
+    from avalanche_color.config import PrototypeOptions as PrototypeOptions
+    from avalanche_color.config import RoutingOptions as RoutingOptions
+    from avalanche_color.evaluation.routing_accuracy import RoutingAccuracy as RoutingAccuracy
+    from avalanche_color.evaluation.routing_accuracy import routing_accuracy_metrics as routing_accuracy_metrics
+    from avalanche_color.evaluation.wandb_logger import WandBLogger as WandBLogger
+    from avalanche_color.experts.heads import ExpertHead as ExpertHead
+    from avalanche_color.experts.integrity import SavedModelError as SavedModelError
+    from avalanche_color.experts.routed_vit import RoutedExpertViT as RoutedExpertViT
+    from avalanche_color.lora.qv_experts import QKVExperts as QKVExperts
+    from avalanche_color.lora.qv_experts import QVLoRA as QVLoRA
+    from avalanche_color.peers.inf_lora.config import InfLoRAConfig as InfLoRAConfig
+    from avalanche_color.peers.inf_lora.model import InfLoRAViT as InfLoRAViT
+    from avalanche_color.peers.inf_lora.strategy import InfLoRA as InfLoRA
+    from avalanche_color.peers.l2p.config import L2PConfig as L2PConfig
+    from avalanche_color.peers.l2p.config import L2PModelOptions as L2PModelOptions
+    from avalanche_color.peers.l2p.model import L2PViT as L2PViT
+    from avalanche_color.peers.l2p.prompt_pool import PromptPool as PromptPool
+    from avalanche_color.peers.l2p.strategy import L2P as L2P
+    from avalanche_color.peers.s_prompts.config import PromptOptions as PromptOptions
+    from avalanche_color.peers.s_prompts.config import SPromptsConfig as SPromptsConfig
+    from avalanche_color.peers.s_prompts.model import PromptExpertViT as PromptExpertViT
+    from avalanche_color.peers.s_prompts.strategy import SPrompts as SPrompts
+    from avalanche_color.peers.sd_lora.config import SDLoRAConfig as SDLoRAConfig
+    from avalanche_color.peers.sd_lora.model import SDLoRAViT as SDLoRAViT
+    from avalanche_color.peers.sd_lora.strategy import SDLoRA as SDLoRA
+    from avalanche_color.routing.prototypes import fit_class_prototypes as fit_class_prototypes
+    from avalanche_color.routing.prototypes import fit_prototypes as fit_prototypes
+    from avalanche_color.routing.ridge import RandomFeatureRidge as RandomFeatureRidge
+    from avalanche_color.routing.router import PrototypeRouter as PrototypeRouter
+    from avalanche_color.training.checkpoint import CheckpointError as CheckpointError
+    from avalanche_color.training.checkpoint import read_checkpoint as read_checkpoint
+    from avalanche_color.training.cosine_schedule import PerExperienceCosine as PerExperienceCosine
+    from avalanche_color.training.configured_strategy import ConfiguredStrategy as ConfiguredStrategy
+    from avalanche_color.training.data_checks import DataChecksPlugin as DataChecksPlugin
+    from avalanche_color.training.distributed import init_distributed as init_distributed
+    from avalanche_color.training.loaders import data_loader as data_loader
+    from avalanche_color.training.loaders import loader_options as loader_options
+    from avalanche_color.training.resume import CheckpointPlugin as CheckpointPlugin
+    from avalanche_color.training.resume import train_stream as train_stream
+    from avalanche_color.training.router_plugin import PrototypeRouterPlugin as PrototypeRouterPlugin
+    from avalanche_color.training.template import RoutedExpertsTemplate as RoutedExpertsTemplate
+    from avalanche_color.utils.digests import tensors_digest as tensors_digest
+    from avalanche_color.utils.experiences import experience_classes as experience_classes
+    from avalanche_color.utils.files import write_atomically as write_atomically

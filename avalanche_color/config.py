@@ -107,10 +107,14 @@ class Options:
         """Every option's default."""
         return {spec.name: spec.default for spec in dataclasses.fields(cls)}
 
+    @classmethod
+    def expert_setting_names(cls) -> tuple[str, ...]:
+        """The names of the options that decide what trained experts mean."""
+        return tuple(spec.name for spec in dataclasses.fields(cls) if spec.metadata["expert_setting"])
+
     def expert_settings(self) -> dict[str, Any]:
         """The options that decide what trained experts mean (a checkpoint must match them)."""
-        return {spec.name: getattr(self, spec.name) for spec in dataclasses.fields(self)
-                if spec.metadata["expert_setting"]}
+        return {name: getattr(self, name) for name in self.expert_setting_names()}
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -265,6 +269,9 @@ class TrainingOptions(Options):
             ``"16-mixed"``: the same with float16, and a gradient scaler
             (:mod:`avalanche_color.training.precision`). Not an expert setting: a model trained
             under one precision loads and continues under another.
+        check_data: scan each training experience for bad samples (non-finite pixels, labels that are
+            not class ids) before the model changes for it; empty experiences, non-finite evaluation
+            pixels and a non-finite loss are refused either way (:mod:`avalanche_color.training.data_checks`).
     """
 
     lr: float = option(1e-3, positive)
@@ -273,6 +280,7 @@ class TrainingOptions(Options):
     eval_mb_size: int = option(128, positive_int)
     eval_every: int = option(-1, integer)
     precision: Precision = option("32-true", one_of(PRECISIONS))
+    check_data: bool = option(True, boolean)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -281,13 +289,10 @@ class ExpertTrainingOptions(TrainingOptions):
 
     Attributes:
         momentum, weight_decay: SGD's.
-        check_data: scan each training experience for bad data before its expert
-            exists (see :mod:`avalanche_color.training.data_checks`).
     """
 
     momentum: float = option(0.9, non_negative)
     weight_decay: float = option(2e-4, non_negative)
-    check_data: bool = option(True, boolean)
 
 
 @dataclass(frozen=True, kw_only=True)

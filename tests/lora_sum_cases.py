@@ -20,7 +20,7 @@ from drop_in_cases import tiny_vit  # average pooling: a random tiny ViT's [CLS]
 from helpers import quiet_evaluator, stream_metric
 from streams import class_stream
 
-TEMPLATE_KEYWORDS = {"model", "criterion", "device", "plugins", "evaluator"}
+TEMPLATE_KEYWORDS = {"model", "config", "criterion", "device", "plugins", "evaluator"}
 TINY = dict(rank=2, train_epochs=2, train_mb_size=16, eval_mb_size=64)
 
 
@@ -51,8 +51,9 @@ def check_bad_options_are_refused(strategy_class) -> None:
                                  ("num_workers", -1, "integer >= 0")):
         with pytest.raises(ValueError, match=rf"{name} must .*{allowed}.*got {value!r}"):
             strategy_class(model=tiny_vit(), **{name: value})
-    # Avalanche's optimizer= takes an optimiser object; here it names the one built per experience.
-    with pytest.raises(ValueError, match=r"optimizer must be one of \('sgd', 'adam'\), got SGD"):
+    # Avalanche's optimizer= takes an optimiser object; here it names the one built per experience,
+    # and an object is refused as every strategy of the package refuses it.
+    with pytest.raises(TypeError, match=r"takes no optimiser object as optimizer=, got SGD; set optimizer, lr"):
         strategy_class(model=tiny_vit(), optimizer=torch.optim.SGD(tiny_vit().parameters(), lr=0.1))
     with pytest.raises(TypeError, match="VisionTransformer"):
         strategy_class(model=torch.nn.Linear(3, 3))
@@ -210,10 +211,8 @@ def check_model_first_and_positional_warnings_as_avalanche(strategy_class, model
         warnings.simplefilter("error", PositionalArgumentsDeprecatedWarning)
         strategy = strategy_class(tiny_vit(), rank=2)
     assert isinstance(strategy.model, model_class) and strategy.config.rank == 2
-    with pytest.warns(PositionalArgumentsDeprecatedWarning):
-        strategy_class(tiny_vit(), 3)  # taken as the next keyword, rank
-    with pytest.warns(PositionalArgumentsDeprecatedWarning):
-        assert strategy_class(tiny_vit(), 3).config.rank == 3
+    with pytest.warns(PositionalArgumentsDeprecatedWarning):  # taken as the next keyword, config
+        assert strategy_class(tiny_vit(), strategy_class.config_class(rank=3)).config.rank == 3
 
 
 def check_loader_options_reach_every_loader(strategy_class, monkeypatch) -> None:

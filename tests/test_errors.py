@@ -7,8 +7,8 @@ import torch
 from avalanche.training import Naive
 from avalanche.training.templates.base import PositionalArgumentsDeprecatedWarning
 
-from avalanche_color import (L2P, CoLoR, ExpertViT, L2PViT, LoRAExpertsPlugin, PromptExpertViT, PrototypeRouterPlugin,
-                             SPrompts)
+from avalanche_color import (L2P, CoLoR, ExpertViT, InfLoRA, L2PViT, LoRAExpertsPlugin, PromptExpertViT,
+                             PrototypeRouterPlugin, SDLoRA, SPrompts)
 from helpers import quiet_evaluator, stream_metric, tiny_color, train_all
 from streams import class_stream, domain_stream, tiny_vit
 
@@ -134,7 +134,9 @@ def test_a_misspelled_option_is_refused_naming_the_options_and_the_vit_stays_usa
 
 
 @pytest.mark.parametrize("strategy, settings", [
-    (CoLoR, "lr, momentum, weight_decay"), (SPrompts, "lr, momentum, weight_decay"), (L2P, "lr")])
+    (CoLoR, "lr, momentum, weight_decay"), (SPrompts, "lr, momentum, weight_decay"), (L2P, "lr"),
+    (SDLoRA, "optimizer, lr, momentum, weight_decay, lr_schedule"),
+    (InfLoRA, "optimizer, lr, momentum, weight_decay, lr_schedule")])
 def test_an_optimizer_is_refused_saying_how_to_set_the_strategys_own(strategy, settings):
     # Naive(model, optimizer=...) is Avalanche's habit; these strategies make an optimiser per experience.
     vit = tiny_vit()

@@ -17,14 +17,18 @@ import torch
 from avalanche.training import Naive
 from avalanche.training.templates.base import PositionalArgumentsDeprecatedWarning
 
-from avalanche_color import (L2P, CoLoR, CoLoRConfig, L2PConfig, L2PModelOptions, LoRAExpertsPlugin, LoRAOptions,
-                             PromptOptions, PrototypeOptions, PrototypeRouterPlugin, SPrompts, SPromptsConfig)
+from avalanche_color import (L2P, CoLoR, CoLoRConfig, InfLoRA, InfLoRAConfig, L2PConfig, L2PModelOptions,
+                             LoRAExpertsPlugin, LoRAOptions, PromptOptions, PrototypeOptions, PrototypeRouterPlugin,
+                             SDLoRA, SDLoRAConfig, SPrompts, SPromptsConfig)
+from avalanche_color import ConfiguredStrategy, DataChecksPlugin
 from avalanche_color import config as config_module
 from avalanche_color.config import LoaderOptions, Options
 from helpers import quiet_evaluator
 from streams import tiny_vit
 
 STRATEGIES = [(CoLoR, CoLoRConfig), (SPrompts, SPromptsConfig), (L2P, L2PConfig)]
+# Every strategy of the package, on the one base: the same call, model then config then every option.
+ALL_STRATEGIES = [*STRATEGIES, (SDLoRA, SDLoRAConfig), (InfLoRA, InfLoRAConfig)]
 MODEL_OPTIONS = {CoLoR: LoRAOptions, SPrompts: PromptOptions, L2P: L2PModelOptions}
 AVALANCHE_KEYWORDS = ["criterion", "device", "plugins", "evaluator"]
 
@@ -37,7 +41,7 @@ def init_node(strategy: type) -> ast.FunctionDef:
     return init
 
 
-@pytest.mark.parametrize("strategy, config_class", STRATEGIES)
+@pytest.mark.parametrize("strategy, config_class", ALL_STRATEGIES)
 def test_the_source_lists_every_option_of_the_config_with_its_default(strategy, config_class):
     # What a reader of the strategy's module sees: model, then keyword-only config and options.
     init = init_node(strategy)
@@ -52,7 +56,7 @@ def test_the_source_lists_every_option_of_the_config_with_its_default(strategy, 
     assert {name: ast.literal_eval(defaults[name]) for name in options} == fields
 
 
-@pytest.mark.parametrize("strategy, config_class", STRATEGIES)
+@pytest.mark.parametrize("strategy, config_class", ALL_STRATEGIES)
 def test_the_signature_types_each_option_as_its_config_does(strategy, config_class):
     parameters = inspect.signature(strategy).parameters
     hints = typing.get_type_hints(strategy.__init__)
@@ -82,7 +86,7 @@ def test_help_shows_every_option_with_its_default():
         assert shown in text
 
 
-@pytest.mark.parametrize("strategy, config_class", STRATEGIES)
+@pytest.mark.parametrize("strategy, config_class", ALL_STRATEGIES)
 def test_a_config_and_the_same_options_as_keywords_build_the_same_strategy(strategy, config_class):
     options = {"train_epochs": 2, "lr": 0.5, "eval_mb_size": 7}
     by_keywords = strategy(tiny_vit(0), evaluator=quiet_evaluator(), **options)
@@ -102,6 +106,30 @@ def test_each_part_receives_its_own_group_of_options(strategy, config_class):
     assert made.loader_defaults == LoaderOptions(num_workers=1)
     routers = [plugin for plugin in made.plugins if isinstance(plugin, PrototypeRouterPlugin)]
     assert [type(plugin.config) for plugin in routers] == ([PrototypeOptions] if strategy is not L2P else [])
+
+
+# A setting each method's model owns, and another value for it.
+OWN_SETTING = {CoLoR: ("router_width", 64), SPrompts: ("router_width", 64), L2P: ("top_n", 1),
+               SDLoRA: ("rank", 3), InfLoRA: ("threshold", 0.5)}
+
+
+@pytest.mark.parametrize("strategy, config_class", ALL_STRATEGIES)
+def test_every_strategy_is_built_alike_by_the_one_base(strategy, config_class):
+    made = strategy(tiny_vit(0), evaluator=quiet_evaluator(), train_epochs=2, check_data=False)
+    assert isinstance(made, ConfiguredStrategy) and made.model_settings()
+    # The data checks come first among the plugins, with the method's own scan setting.
+    assert type(made.plugins[0]) is DataChecksPlugin and not made.plugins[0].scan_experiences
+    # A ready model brings its own settings; the budget is the strategy's.
+    name, other = OWN_SETTING[strategy]
+    continued = strategy(made.model, evaluator=quiet_evaluator(), train_epochs=3)
+    assert continued.model is made.model and continued.config.train_epochs == 3
+    assert getattr(continued.config, name) == getattr(made.config, name)
+    with pytest.raises(ValueError, match=rf"leave \['{name}'\] unset \(the model's: {name}="):
+        strategy(made.model, evaluator=quiet_evaluator(), **{name: other})
+    # The ViT given is never adapted: the model wraps a copy.
+    vit = tiny_vit(0)
+    strategy(vit, evaluator=quiet_evaluator())
+    assert all(torch.equal(a, b) for a, b in zip(vit.state_dict().values(), tiny_vit(0).state_dict().values()))
 
 
 def test_a_continued_model_keeps_its_options_and_they_fill_the_config():

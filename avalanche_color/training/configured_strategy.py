@@ -1,17 +1,29 @@
-"""What every strategy of the package shares: its config, built once, each part given its own options.
+"""The one strategy base of the package: every method (CoLoR, S-Prompts, L2P, SD-LoRA, InfLoRA) is a
+:class:`ConfiguredStrategy`.
 
-A strategy (``CoLoR``, ``SPrompts``, ``L2P``) lists every field of its config as a keyword
-argument of its own ``__init__``, with the same default (``tests/test_signatures.py`` checks
-that they agree), and passes them here by name. This class builds the config once, gives the
-model its model options (``config.group(model_config_class)``), the loaders their
-``LoaderOptions``, Avalanche's ``SupervisedTemplate`` the budget, and the training and evaluation
-loops the ``precision`` (:class:`~avalanche_color.training.precision.MixedPrecision`).
+A strategy lists every field of its config as a keyword argument of its own ``__init__``, with the
+same default (``tests/test_signatures.py`` checks that they agree), and passes them here by name.
+The base then does, once for every method:
+
+* construction (:mod:`~avalanche_color.training.strategy_construction`): the config built and checked
+  once, the model built from a copy of the ViT (or a ready model kept, its own settings applying),
+  plugins that cannot act on the method refused with the reason, ``optimizer=`` refused;
+* the parts of :mod:`~avalanche_color.training.strategy_parts`: the model given first, the config's
+  loader options in every loader, an unpadded evaluation shard per rank under torchrun;
+* the numeric precision (:class:`~avalanche_color.training.precision.MixedPrecision`) and the
+  per-experience cosine schedule (:class:`~avalanche_color.training.cosine_schedule.PerExperienceCosine`);
+* the data checks, first of all plugins (:class:`~avalanche_color.training.data_checks.DataChecksPlugin`);
+* the per-experience loop: the model adapts, then the method prepares what is new, then a fresh
+  optimiser over what trains now; under torchrun the training steps run through DDP over it.
+
+A method says what is its own: its config, model and refused plugins (class attributes),
+:meth:`make_optimizer`, and where it needs them :meth:`prepare_experience`, :meth:`own_plugins`,
+``forward`` and ``criterion``.
 """
 
 from __future__ import annotations
 
 import copy
-import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable, ClassVar, Optional, Union
 
@@ -20,44 +32,49 @@ from avalanche.core import BasePlugin
 from avalanche.training.plugins import EvaluationPlugin
 from avalanche.training.plugins.evaluation import default_evaluator
 from avalanche.training.templates import SupervisedTemplate
-from torch import nn
+from torch import Tensor, nn
 
-from avalanche_color.config import LoaderOptions, Options, RoutingOptions, TrainingOptions
-from avalanche_color.training.precision import MixedPrecision
-from avalanche_color.training.strategy_parts import LoaderDefaults, ModelFirst
+from avalanche_color.config import LoaderOptions, Options, TrainingOptions
+from avalanche_color.training.cosine_schedule import PerExperienceCosine
+from avalanche_color.training.data_checks import DataChecksPlugin
+from avalanche_color.training.distributed import wrap_current_expert
 from avalanche_color.training.plugin_compatibility import refuse_incompatible_plugins
-from avalanche_color.utils.deprecation import warn_deprecated
+from avalanche_color.training.precision import MixedPrecision
+from avalanche_color.training.strategy_construction import (configured_model, refuse_optimizer,
+                                                            refuse_unknown_keywords, replace_routing)
+from avalanche_color.training.strategy_parts import LoaderDefaults, ModelFirst, ShardedEvaluation
+from avalanche_color.utils.experiences import continues_experience
 
 
-class ConfiguredStrategy(ModelFirst, LoaderDefaults, MixedPrecision, SupervisedTemplate):
-    """A ``SupervisedTemplate`` set up from one options dataclass.
+class ConfiguredStrategy(ModelFirst, ShardedEvaluation, LoaderDefaults, PerExperienceCosine, MixedPrecision,
+                         SupervisedTemplate):
+    """A ``SupervisedTemplate`` set up from one options dataclass, trained experience by experience.
 
     Subclasses set :attr:`config_class`, :attr:`model_class` and :attr:`model_config_class`, write
     ``__init__(self, model, *, config=None, <every option of config_class>, criterion=None,
-    device="cpu", plugins=None, evaluator=default_evaluator, **kwargs)`` and pass those arguments on
-    by name, and implement :meth:`first_optimizer` (a placeholder: the real one is made per
-    experience) and, if they add plugins of their own, :meth:`own_plugins`.
+    device="cpu", plugins=None, evaluator=default_evaluator, **kwargs)``, pass those arguments on
+    by name, and implement :meth:`make_optimizer`.
 
     Args:
         model: a timm ``VisionTransformer``: the strategy wraps a copy of it into
             :attr:`model_class`, so the ViT given stays as it was, usable by other strategies;
             or a :attr:`model_class` instance (a strategy's ``model``) to continue from: then its
-            own options (those of :attr:`model_config_class`) apply, and one given a value other
-            than its default and the model's is refused.
+            own settings (:meth:`model_settings`) apply, and one given a value other than its
+            default and the model's is refused.
         config: a whole :attr:`config_class`, or None; options given with a value other than their
             default replace its fields.
         options: the value of every option of :attr:`config_class`, by name (the subclass's keywords).
         criterion: loss; a new ``CrossEntropyLoss`` by default.
         device, evaluator: as in Avalanche's ``SupervisedTemplate``.
-        plugins: the user's plugins; the list is copied, never changed. Plugins that cannot act
-            on the strategy (replay, distillation, regularisation, LR schedulers) are refused
-            with the reason (:mod:`avalanche_color.training.plugin_compatibility`).
+        plugins: the user's plugins, after the method's own; the list is copied, never changed.
+            Plugins that cannot act on the strategy (replay, distillation, regularisation, LR
+            schedulers) are refused with the reason (:mod:`avalanche_color.training.plugin_compatibility`).
         template_options: other keywords of Avalanche's ``SupervisedTemplate`` (``peval_mode``, ...).
     """
 
-    # Every method's config holds the budget (TrainingOptions) and the loader options.
-    config: TrainingOptions
-    config_class: ClassVar[type[TrainingOptions]]
+    # Every method's config holds the budget and precision (TrainingOptions) and the loader options.
+    config: Any
+    config_class: ClassVar[type[Options]]
     model_class: ClassVar[type[nn.Module]]
     # The options the model takes: a group of config_class (e.g. LoRAOptions for CoLoR's ExpertViT).
     model_config_class: ClassVar[type[Options]]
@@ -66,6 +83,11 @@ class ConfiguredStrategy(ModelFirst, LoaderDefaults, MixedPrecision, SupervisedT
     # The optimiser the strategy builds per experience, and the options that set it (for the refusal of optimizer=).
     optimizer_description: ClassVar[str] = "its own optimiser"
     optimizer_options: ClassVar[tuple[str, ...]] = ("lr",)
+    # Whether training steps run through DDP under torchrun (a method whose forward calls the model's parts
+    # itself, as L2P's prompt selection does, trains in one process).
+    trains_distributed: ClassVar[bool] = True
+    # Under torchrun: the model in DDP over what trains, for training steps (set per experience).
+    ddp_model: Optional[nn.Module] = None
 
     def __init__(
         self,
@@ -79,103 +101,75 @@ class ConfiguredStrategy(ModelFirst, LoaderDefaults, MixedPrecision, SupervisedT
         evaluator: Union[EvaluationPlugin, Callable[[], EvaluationPlugin]] = default_evaluator,
         template_options: Optional[Mapping[str, Any]] = None,
     ) -> None:
-        template_options = dict(template_options or {})
-        refuse_incompatible_plugins(type(self).__name__, plugins or (), self.incompatible_plugins)
-        self._refuse_optimizer(template_options)  # before the model is copied and adapted
-        options = self._replace_routing(options, template_options)
-        self._refuse_unknown_keywords(template_options, options)
-        model, self.config = self._configured_model(model, config, options)
+        cls, template_options = type(self), dict(template_options or {})
+        refuse_incompatible_plugins(cls.__name__, plugins or (), self.incompatible_plugins)
+        refuse_optimizer(cls, options, template_options)  # before the model is copied and adapted
+        options = replace_routing(cls.config_class, options, template_options)
+        refuse_unknown_keywords(cls, template_options, options)
+        model, self.config = configured_model(cls, model, config, options)
         self.loader_defaults: LoaderOptions = self.config.group(LoaderOptions)
-        config = self.config
+        budget: TrainingOptions = self.config
         super().__init__(
             model=model,
-            optimizer=self.first_optimizer(model),
+            # A placeholder, which Avalanche's template requires: make_optimizer builds the real one per experience.
+            optimizer=torch.optim.SGD(model.parameters(), lr=budget.lr),
             criterion=nn.CrossEntropyLoss() if criterion is None else criterion,
-            train_mb_size=config.train_mb_size,
-            train_epochs=config.train_epochs,
-            eval_mb_size=config.eval_mb_size,
+            train_mb_size=budget.train_mb_size,
+            train_epochs=budget.train_epochs,
+            eval_mb_size=budget.eval_mb_size,
             device=device,
             plugins=[*self.own_plugins(), *(plugins or ())],
             evaluator=evaluator,
-            eval_every=config.eval_every,
+            eval_every=budget.eval_every,
             **template_options,
         )
 
-    def _refuse_optimizer(self, template_options: dict[str, Any]) -> None:
-        # Naive(model, optimizer=...) is Avalanche's habit; here the optimiser is made per experience.
-        if "optimizer" in template_options:
-            name = type(self).__name__
-            raise TypeError(
-                f"{name} builds its own optimiser per experience ({self.optimizer_description}), so it takes no "
-                f"optimizer=, got {type(template_options['optimizer']).__name__}; set "
-                f"{', '.join(self.optimizer_options)} instead, or subclass {name} and override make_optimizer"
-            )
+    # ------------------------------------------------------------------ what a method says
 
-    def _replace_routing(self, options: Mapping[str, Any], template_options: dict[str, Any]) -> dict[str, Any]:
-        """``options`` with the deprecated ``routing=`` of earlier versions replaced by what it means now."""
-        if "routing" not in template_options or not issubclass(self.config_class, RoutingOptions):
-            return dict(options)
-        routing = template_options.pop("routing")
-        given = _given(self.config_class, options)
-        replaced = RoutingOptions.without_routing({**given, "routing": routing}, warn=False)
-        new = ", ".join(f"{name}={value!r}" for name, value in replaced.items() if given.get(name, _UNSET) != value)
-        warn_deprecated(f"the option routing={routing!r} is deprecated: use {new or 'routing_features and router'}")
-        return {**options, **replaced}
+    @classmethod
+    def model_settings(cls) -> tuple[str, ...]:
+        """The options a ready :attr:`model_class` instance brings with it (its own apply)."""
+        return cls.model_config_class.names()
 
-    def _refuse_unknown_keywords(self, template_options: dict[str, Any], options: Mapping[str, Any]) -> None:
-        accepted: set[str] = set()
-        for cls in SupervisedTemplate.__mro__:  # Avalanche's keywords (peval_mode, ...)
-            parameters = inspect.signature(inspect.unwrap(cls.__init__)).parameters.values()
-            accepted.update(p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
-        unknown = sorted(set(template_options) - accepted)
-        if unknown:
-            raise TypeError(
-                f"{type(self).__name__} got unexpected keyword arguments {unknown}; its options are "
-                f"{', '.join(options)} (see {self.config_class.__name__}), and Avalanche's "
-                f"SupervisedTemplate keywords"
-            )
-
-    def _configured_model(self, model: nn.Module, config: Optional[Options],
-                          options: Mapping[str, Any]) -> tuple[nn.Module, TrainingOptions]:
-        """The strategy's model and its config, built once.
-
-        A plain ViT becomes ``model_class(copy of model, the config's model options)``: the models
-        adapt and freeze the ViT they wrap, and the caller's ViT stays usable (Avalanche's own
-        scripts give one model object to several strategies). A ``model_class`` instance is kept,
-        and its own options fill the config.
-        """
-        given = _given(self.config_class, options)
-        if not isinstance(model, self.model_class):
-            config = self.config_class(**options) if config is None else self.config_class.build(config, **given)
-            return self.model_class(copy.deepcopy(model), config.group(self.model_config_class)), config
-        own = {name: getattr(model.config, name) for name in self.model_config_class.names()}
-        conflicting = sorted(name for name in own if name in given and given[name] != own[name])
-        if config is not None:
-            conflicting += sorted(name for name in own
-                                  if name not in conflicting and getattr(config, name) != own[name])
-        if conflicting:
-            raise ValueError(
-                f"model is already a configured {self.model_class.__name__} with its own settings; leave "
-                f"{conflicting} unset (the model's: {', '.join(f'{name}={own[name]!r}' for name in conflicting)})"
-            )
-        if config is None:
-            return model, self.config_class(**{**options, **own})
-        return model, self.config_class.build(config, **{**given, **own})
-
-    def first_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
-        raise NotImplementedError
+    @classmethod
+    def build_model(cls, vit: nn.Module, model_config: Options) -> nn.Module:
+        """The method's model around ``vit``; a copy of it, so the ViT given stays usable (Avalanche's own
+        scripts give one model object to several strategies)."""
+        return cls.model_class(copy.deepcopy(vit), model_config)
 
     def own_plugins(self) -> list[BasePlugin]:
-        """Plugins the method itself needs, placed before the user's."""
-        return []
+        """Plugins the method itself needs, placed before the user's. Bad data is refused first, before
+        any other plugin or the model adaptation acts on it; a method adds its own after these."""
+        return [DataChecksPlugin(scan_experiences=self.config.check_data)]
 
+    def prepare_experience(self, **kwargs: Any) -> None:
+        """After the model added an experience's expert, before its optimiser exists (InfLoRA designs ``A_t``)."""
 
-_UNSET = object()
+    def make_optimizer(self, **kwargs: Any) -> None:
+        """A fresh optimiser over what trains in this experience."""
+        raise NotImplementedError
 
+    # ------------------------------------------------------------------ per experience, per step
 
-def _given(config_class: type[Options], options: Mapping[str, Any]) -> dict[str, Any]:
-    """The options whose value is not their default: those a caller set (a strategy's keywords carry
-    every option). The type counts too: ``kmeans_seed=False`` is not the default 0."""
-    defaults = config_class.defaults()
-    return {name: value for name, value in options.items()
-            if not (type(value) is type(defaults[name]) and value == defaults[name])}
+    def check_model_and_optimizer(self, **kwargs: Any) -> None:
+        # What trains (a new expert, a grown head) exists only after the model adaptation, so the
+        # optimiser is built after it, once per experience; the chunks of an online stream's
+        # experience (with task boundaries) continue its model, optimiser and schedule.
+        # A model that adds an expert per experience counts them (num_experts); one restored from a
+        # checkpoint has its experience's expert already, which is then not prepared again.
+        experts = getattr(self.model, "num_experts", 0)
+        self.model = self.model_adaptation()
+        added = getattr(self.model, "num_experts", 0) != experts
+        if added:
+            self.prepare_experience(**kwargs)
+        if self.trains_distributed:
+            self.ddp_model = wrap_current_expert(self.model)
+        if added or not continues_experience(self.experience):
+            self.make_optimizer(**kwargs)
+
+    def step_model(self) -> nn.Module:
+        """The module a step runs: in training under torchrun the model in DDP, else the model."""
+        return self.ddp_model if self.is_training and self.ddp_model is not None else self.model
+
+    def forward(self) -> Tensor:
+        return self.step_model()(self.mb_x)

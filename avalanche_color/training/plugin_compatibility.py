@@ -3,7 +3,8 @@
 CoLoR and S-Prompts train a new expert per experience on that experience's own
 data and never change an earlier expert; L2P trains a shared prompt pool and a
 head that grows with the classes, masking the classes outside the current
-experience. Plugins that replay old data, distil from or regularise towards the
+experience; SD-LoRA and InfLoRA add a LoRA component per experience to one
+ViT and train on the current experience's logits only. Plugins that replay old data, distil from or regularise towards the
 previous model, or drive an optimiser the strategy does not use would fail
 mid-run or be silently ignored, so they are refused up front with the reason.
 Every other plugin (metrics, loggers, early stopping, checkpointing, your own)
@@ -60,6 +61,17 @@ L2P_TABLE = _reasons(
     fresh_model="resetting the model would discard the prompt pool and head learned so far",
 )
 
+_PROTECTS_ITSELF = ("the method protects earlier experiences itself, and its parameters grow with every "
+                    "experience, so a distillation or regularisation term would not line up with them")
+LORA_SUM = _reasons(
+    replay="the method is rehearsal-free and trains on the logits of the current experience's classes only, so "
+           "replayed samples of earlier classes would get an infinite loss",
+    distillation=_PROTECTS_ITSELF,
+    regularisation=_PROTECTS_ITSELF,
+    schedule="the strategy builds a fresh optimiser and schedule per experience (lr_schedule=); a scheduler bound "
+             "to another optimiser would be silently ignored",
+    fresh_model="resetting the model would discard every component learned so far",
+)
 
 def refuse_incompatible_plugins(strategy: str, given: Iterable[Any], reasons: dict[str, str]) -> None:
     """Raise a ``ValueError`` naming the first plugin in ``given`` that ``reasons`` refuses, and why."""

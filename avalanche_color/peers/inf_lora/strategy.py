@@ -16,7 +16,7 @@ generators as they were.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, ClassVar, Optional, Sequence, Union
 
 import torch
 from avalanche.benchmarks.utils.data_loader import collate_from_data_or_kwargs
@@ -45,7 +45,10 @@ class InfLoRA(LoRASumTemplate):
 
     Args:
         model: a timm ``VisionTransformer`` (the strategy adapts a copy; the given ViT is unchanged),
-            or an :class:`InfLoRAViT` to continue from (its own config then applies).
+            or an :class:`InfLoRAViT` to continue from: its expert settings then apply, and one
+            given another value is refused.
+        config: all options as one :class:`InfLoRAConfig`; options given beside it with a value other than
+            their default replace its fields.
         rank: rank of each experience's branch (code: 10 on CIFAR-100 and ImageNet-R, 30 on DomainNet).
         threshold: epsilon, the fraction of an experience's input energy the protected subspace keeps
             (code: 0.95 on CIFAR-100, 0.98 on ImageNet-R).
@@ -82,11 +85,15 @@ class InfLoRA(LoRASumTemplate):
 
     model: InfLoRAViT
     config: InfLoRAConfig
+    config_class: ClassVar[type[InfLoRAConfig]] = InfLoRAConfig
+    model_class: ClassVar[type[InfLoRAViT]] = InfLoRAViT
+    model_config_class: ClassVar[type[InfLoRAConfig]] = InfLoRAConfig
 
     def __init__(
         self,
         model: nn.Module,
         *,
+        config: Optional[InfLoRAConfig] = None,
         rank: int = 10,
         threshold: float = 0.95,
         final_threshold: float = 1.0,
@@ -112,17 +119,12 @@ class InfLoRA(LoRASumTemplate):
         evaluator: Union[EvaluationPlugin, Callable[[], EvaluationPlugin]] = default_evaluator,
         **kwargs: Any,
     ) -> None:
-        given = locals()
-        config = InfLoRAConfig(**{name: given[name] for name in InfLoRAConfig.names()})
-        if not isinstance(model, InfLoRAViT):
-            model = InfLoRAViT(model, config)
-        elif model.config.expert_settings() != config.expert_settings():
-            raise ValueError(f"model is an InfLoRAViT with its own settings {model.config.expert_settings()}; "
-                             f"give the same rank and thresholds, got {config.expert_settings()}")
-        super().__init__(model=model, config=config, criterion=criterion, device=device, plugins=plugins,
-                         evaluator=evaluator, **kwargs)
+        # Every option above, by name: the fields of InfLoRAConfig (tests/test_signatures.py).
+        options = {name: value for name, value in locals().items() if name in InfLoRAConfig.names()}
+        super().__init__(model=model, config=config, options=options, criterion=criterion, device=device,
+                         plugins=plugins, evaluator=evaluator, template_options=kwargs)
 
-    def prepare_component(self, **kwargs: Any) -> None:
+    def prepare_experience(self, **kwargs: Any) -> None:
         """Design the new branch's ``A_t`` from the experience's inputs outside the protected subspaces."""
         covariances = self.experience_covariances(**kwargs)
         bad = [index for index, covariance in enumerate(covariances) if not bool(torch.isfinite(covariance).all())]

@@ -72,8 +72,6 @@ class L2PConfig(LoaderOptions, L2PModelOptions, TrainingOptions):
         grad_clip_norm: before each update, scale the gradients of the trained parameters so that
             their global L2 norm is at most this (L2P's code: ``grad_clip_max_norm=1.0``, its norm
             also counting the frozen ViT's gradients); None: no clipping (Avalanche's port).
-        check_data: scan each training experience for bad samples before training on it
-            (see :mod:`avalanche_color.training.data_checks`).
     """
 
     surrogate_weight: float = option(0.1, non_negative)
@@ -81,7 +79,6 @@ class L2PConfig(LoaderOptions, L2PModelOptions, TrainingOptions):
     lr_batch_scaling: bool = option(False, boolean)
     grad_clip_norm: Optional[float] = option(None, optional(positive))
     train_epochs: int = option(5, positive_int)
-    check_data: bool = option(True, boolean)
 
     @property
     def adam_lr(self) -> float:

@@ -22,9 +22,7 @@ from avalanche_color.config import Precision
 from avalanche_color.peers.l2p.config import BatchwiseSelection, HeadInput, L2PConfig, L2PModelOptions, PromptInit
 from avalanche_color.peers.l2p.model import L2PViT
 from avalanche_color.training.configured_strategy import ConfiguredStrategy
-from avalanche_color.training.data_checks import DataChecksPlugin
 from avalanche_color.training.plugin_compatibility import L2P_TABLE
-from avalanche_color.utils.experiences import continues_experience
 
 
 class L2P(ConfiguredStrategy):
@@ -58,6 +56,8 @@ class L2P(ConfiguredStrategy):
     incompatible_plugins = L2P_TABLE
     optimizer_description = "Adam over the prompt pool and the head, constant learning rate"
     optimizer_options = ("lr",)
+    # The forward selects the prompts before the model predicts with them, outside a DDP wrapper.
+    trains_distributed = False
 
     def __init__(
         self,
@@ -146,21 +146,6 @@ class L2P(ConfiguredStrategy):
         options = {name: value for name, value in locals().items() if name in L2PConfig.names()}
         super().__init__(model=model, config=config, options=options, criterion=criterion, device=device,
                          plugins=plugins, evaluator=evaluator, template_options=kwargs)
-
-    def own_plugins(self) -> list[BasePlugin]:
-        # Bad data is refused first, before any other plugin or the model adaptation acts on it.
-        return [DataChecksPlugin(scan_experiences=self.config.check_data)]
-
-    def first_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
-        # Replaced by make_optimizer before each experience, once the head covers its classes.
-        return torch.optim.Adam(model.pool.parameters(), lr=self.config.adam_lr)
-
-    def check_model_and_optimizer(self, **kwargs: Any) -> None:
-        # The head grows in the model adaptation, so the optimiser comes after it; the
-        # chunks of an online stream's experience (with task boundaries) continue its optimiser.
-        self.model = self.model_adaptation()
-        if not continues_experience(self.experience):
-            self.make_optimizer(**kwargs)
 
     def make_optimizer(self, **kwargs: Any) -> None:
         """A fresh Adam over the pool and the head (state reset per experience, as L2P's code), at

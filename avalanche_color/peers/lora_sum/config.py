@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from avalanche_color.config import LoaderOptions, TrainingOptions, option
-from avalanche_color.utils.checks import boolean, integer, non_negative, one_of, positive_int
+from avalanche_color.utils.checks import integer, non_negative, one_of, positive_int
 
 Optimizer = Literal["sgd", "adam"]
 Schedule = Literal["constant", "cosine", "epoch_cosine"]
@@ -27,7 +27,6 @@ class LoRASumTraining(LoaderOptions, TrainingOptions):
         momentum, weight_decay: the optimiser's.
         lr_schedule: ``"constant"``, ``"cosine"`` over each experience's steps, or ``"epoch_cosine"``:
             InfLoRA's code's per-epoch cosine, ending near 1.6% of lr.
-        check_data: scan each training experience for bad samples before training on it.
         init_seed: seed of each new component's and head rows' initialisation, drawn apart from the
             global generators.
     """
@@ -37,5 +36,4 @@ class LoRASumTraining(LoaderOptions, TrainingOptions):
     weight_decay: float = option(0.0, non_negative)
     lr_schedule: Schedule = option("constant", one_of(SCHEDULES))
     train_epochs: int = option(20, positive_int)
-    check_data: bool = option(True, boolean)
     init_seed: int = option(0, integer)

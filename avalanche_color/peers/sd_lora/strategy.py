@@ -11,7 +11,7 @@ classifier; one forward per sample at inference, nothing routed.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, ClassVar, Optional, Sequence, Union
 
 import torch
 from avalanche.core import BasePlugin
@@ -40,7 +40,10 @@ class SDLoRA(LoRASumTemplate):
 
     Args:
         model: a timm ``VisionTransformer`` (the strategy adapts a copy; the given ViT is unchanged),
-            or an :class:`SDLoRAViT` to continue from (its own config then applies).
+            or an :class:`SDLoRAViT` to continue from: its expert settings then apply, and one
+            given another value is refused.
+        config: all options as one :class:`SDLoRAConfig`; options given beside it with a value other than
+            their default replace its fields.
         rank: rank of each direction (paper and code: 10).
         rank_schedule: SD-LoRA-RR: the rank of each experience's direction, the last repeated for later
             ones (the code's: ``(10, 10, 10, 10, 8, 8, 8, 8, 6)``); None: ``rank`` throughout.
@@ -84,11 +87,15 @@ class SDLoRA(LoRASumTemplate):
 
     model: SDLoRAViT
     config: SDLoRAConfig
+    config_class: ClassVar[type[SDLoRAConfig]] = SDLoRAConfig
+    model_class: ClassVar[type[SDLoRAViT]] = SDLoRAViT
+    model_config_class: ClassVar[type[SDLoRAConfig]] = SDLoRAConfig
 
     def __init__(
         self,
         model: nn.Module,
         *,
+        config: Optional[SDLoRAConfig] = None,
         rank: int = 10,
         rank_schedule: Optional[tuple[int, ...]] = None,
         magnitude_init: float = 0.8,
@@ -117,12 +124,7 @@ class SDLoRA(LoRASumTemplate):
         evaluator: Union[EvaluationPlugin, Callable[[], EvaluationPlugin]] = default_evaluator,
         **kwargs: Any,
     ) -> None:
-        given = locals()
-        config = SDLoRAConfig(**{name: given[name] for name in SDLoRAConfig.names()})
-        if not isinstance(model, SDLoRAViT):
-            model = SDLoRAViT(model, config)
-        elif model.config.expert_settings() != config.expert_settings():
-            raise ValueError(f"model is an SDLoRAViT with its own settings {model.config.expert_settings()}; "
-                             f"give the same {', '.join(config.expert_settings())}, got {config.expert_settings()}")
-        super().__init__(model=model, config=config, criterion=criterion, device=device, plugins=plugins,
-                         evaluator=evaluator, **kwargs)
+        # Every option above, by name: the fields of SDLoRAConfig (tests/test_signatures.py).
+        options = {name: value for name, value in locals().items() if name in SDLoRAConfig.names()}
+        super().__init__(model=model, config=config, options=options, criterion=criterion, device=device,
+                         plugins=plugins, evaluator=evaluator, template_options=kwargs)

@@ -1,0 +1,102 @@
+"""How a :class:`~avalanche_color.training.configured_strategy.ConfiguredStrategy` is built from its
+keywords: each function checks or builds one thing, before anything is copied or adapted."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Optional
+
+import torch
+from avalanche.training.templates import SupervisedTemplate
+from torch import nn
+
+from avalanche_color.config import Options, RoutingOptions
+from avalanche_color.utils.deprecation import warn_deprecated
+
+if TYPE_CHECKING:
+    from avalanche_color.training.configured_strategy import ConfiguredStrategy
+
+_UNSET = object()
+
+
+def refuse_optimizer(strategy: type["ConfiguredStrategy"], options: Mapping[str, Any],
+                     template_options: Mapping[str, Any]) -> None:
+    """``Naive(model, optimizer=...)`` is Avalanche's habit; here the optimiser is made per experience.
+
+    Refused: an ``optimizer=`` given to a method that has no such option, and a torch optimiser given to
+    one whose ``optimizer`` option names its choice (``"sgd"``, ``"adam"``)."""
+    given = template_options.get("optimizer", options.get("optimizer", _UNSET))
+    if "optimizer" not in template_options and not isinstance(given, torch.optim.Optimizer):
+        return
+    name = strategy.__name__
+    raise TypeError(
+        f"{name} builds its own optimiser per experience ({strategy.optimizer_description}), so it takes no "
+        f"optimiser object as optimizer=, got {type(given).__name__}; set {', '.join(strategy.optimizer_options)} "
+        f"instead, or subclass {name} and override make_optimizer"
+    )
+
+
+def replace_routing(config_class: type[Options], options: Mapping[str, Any],
+                    template_options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with the deprecated ``routing=`` of earlier versions (taken out of ``template_options``)
+    replaced by what it means now."""
+    if "routing" not in template_options or not issubclass(config_class, RoutingOptions):
+        return dict(options)
+    routing = template_options.pop("routing")
+    given = given_options(config_class, options)
+    replaced = RoutingOptions.without_routing({**given, "routing": routing}, warn=False)
+    new = ", ".join(f"{name}={value!r}" for name, value in replaced.items() if given.get(name, _UNSET) != value)
+    warn_deprecated(f"the option routing={routing!r} is deprecated: use {new or 'routing_features and router'}")
+    return {**options, **replaced}
+
+
+def refuse_unknown_keywords(strategy: type["ConfiguredStrategy"], template_options: Mapping[str, Any],
+                            options: Mapping[str, Any]) -> None:
+    """A keyword that is neither an option of the method nor one of Avalanche's template is refused by name."""
+    accepted: set[str] = set()
+    for cls in SupervisedTemplate.__mro__:  # Avalanche's keywords (peval_mode, ...)
+        parameters = inspect.signature(inspect.unwrap(cls.__init__)).parameters.values()
+        accepted.update(p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    unknown = sorted(set(template_options) - accepted)
+    if unknown:
+        raise TypeError(
+            f"{strategy.__name__} got unexpected keyword arguments {unknown}; its options are "
+            f"{', '.join(options)} (see {strategy.config_class.__name__}), and Avalanche's "
+            f"SupervisedTemplate keywords"
+        )
+
+
+def configured_model(strategy: type["ConfiguredStrategy"], model: nn.Module, config: Optional[Options],
+                     options: Mapping[str, Any]) -> tuple[nn.Module, Any]:
+    """The strategy's model and its config, built once.
+
+    A plain ViT becomes ``strategy.build_model(ViT, the config's model options)``. A ``model_class``
+    instance is kept, and its own settings (``strategy.model_settings()``) fill the config; one given
+    another value is refused.
+    """
+    config_class = strategy.config_class
+    given = given_options(config_class, options)
+    if not isinstance(model, strategy.model_class):
+        config = config_class(**options) if config is None else config_class.build(config, **given)
+        return strategy.build_model(model, config.group(strategy.model_config_class)), config
+    own = {name: getattr(model.config, name) for name in strategy.model_settings()}
+    conflicting = sorted(name for name in own if name in given and given[name] != own[name])
+    if config is not None:
+        conflicting += sorted(name for name in own if name not in conflicting and getattr(config, name) != own[name])
+    if conflicting:
+        raise ValueError(
+            f"model is already a configured {strategy.model_class.__name__} with its own settings; leave "
+            f"{conflicting} unset (the model's: {', '.join(f'{name}={own[name]!r}' for name in conflicting)})"
+        )
+    if config is None:
+        return model, config_class(**{**options, **own})
+    return model, config_class.build(config, **{**given, **own})
+
+
+def given_options(config_class: type[Options], options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options whose value is not their default: those a caller set (a strategy's keywords carry
+    every option). The type counts too: ``kmeans_seed=False`` is not the default 0."""
+    defaults = config_class.defaults()
+    return {name: value for name, value in options.items()
+            if not (type(value) is type(defaults[name]) and value == defaults[name])}
