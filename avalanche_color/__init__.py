@@ -19,12 +19,14 @@ Where each part of the method lives:
 * ``color/``: CoLoR itself: :class:`ExpertViT`, :class:`CoLoR`, :class:`LoRAExpertsPlugin`.
 * ``peers/``: the prompt-based peers, S-Prompts and L2P, and the LoRA peers that adapt one shared
   ViT and route nothing, SD-LoRA and InfLoRA.
+* ``baselines/``: the comparison's baselines as strategies a script can use: RanPAC and NCM on the
+  frozen backbone, Joint-LoRA, and the paper's "FT + class masking" (a plugin).
 * ``evaluation/``: the routing-accuracy metric and the W&B logger.
 * ``backbones/``: two small pretrained ViTs for offline use (:func:`~avalanche_color.backbones.offline_backbone`).
 * ``utils/``: atomic files, random-generator states, digests, what an Avalanche experience says.
 
 Folders import one way, each only from those before it: utils < config, backbones < lora <
-routing < experts < training < color, peers < evaluation (``tests/test_layers.py``).
+routing < experts < training < color, peers < baselines < evaluation (``tests/test_layers.py``).
 
 Importing the package is quick: the names below are imported on first use (``from avalanche_color
 import CoLoR`` imports torch, timm and Avalanche then), so a script or command line can read
@@ -76,6 +78,10 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # the public names (see _public_names), imported eagerly for type checkers and editors
     from avalanche_color.backbones.preprocessing import backbone_data_config as backbone_data_config
     from avalanche_color.backbones.preprocessing import backbone_transform as backbone_transform
+    from avalanche_color.baselines.class_masking import CurrentClassesMasking as CurrentClassesMasking
+    from avalanche_color.baselines.joint_lora import JointLoRA as JointLoRA
+    from avalanche_color.baselines.ncm import NCM as NCM
+    from avalanche_color.baselines.ranpac import RanPAC as RanPAC
     from avalanche_color.color.config import CoLoRConfig as CoLoRConfig
     from avalanche_color.color.config import LoRAOptions as LoRAOptions
     from avalanche_color.color.model import ExpertViT as ExpertViT
@@ -120,6 +126,7 @@ if TYPE_CHECKING:  # the public names (see _public_names), imported eagerly for 
     from avalanche_color.training.loaders import loader_options as loader_options
     from avalanche_color.training.resume import CheckpointPlugin as CheckpointPlugin
     from avalanche_color.training.resume import train_stream as train_stream
+    from avalanche_color.training.router_fitting import RouterFitting as RouterFitting
     from avalanche_color.training.router_plugin import PrototypeRouterPlugin as PrototypeRouterPlugin
     from avalanche_color.training.template import RoutedExpertsTemplate as RoutedExpertsTemplate
     from avalanche_color.utils.digests import tensors_digest as tensors_digest

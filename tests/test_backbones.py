@@ -8,7 +8,8 @@ import pytest
 import timm
 import torch
 
-from avalanche_color.runner.backbones import OFFLINE_BACKBONE, data_config, load_backbone, save_backbone, with_head
+from avalanche_color import backbone_data_config
+from avalanche_color.runner.backbones import OFFLINE_BACKBONE, load_backbone, save_backbone, with_head
 
 TINY = dict(img_size=16, patch_size=4, embed_dim=32, depth=2, num_heads=2)
 
@@ -27,7 +28,7 @@ def test_checkpoint_round_trip_gives_the_same_features(tmp_path):
     with torch.no_grad():
         assert torch.equal(loaded(x), model.forward_head(model.forward_features(x), pre_logits=True))
     assert loaded.num_classes == 0  # headless: CoLoR and the baselines add their own
-    config = data_config(loaded)
+    config = backbone_data_config(loaded)
     assert config["input_size"] == (3, 16, 16) and config["mean"] == (0.5,) * 3 and config["std"] == (0.25,) * 3
 
 
@@ -58,7 +59,7 @@ def test_bad_backbone_specs_are_refused(tmp_path):
 def test_offline_backbone_is_committed_and_loads():
     model = load_backbone("offline")
     assert OFFLINE_BACKBONE.stat().st_size < 10 * 2**20
-    assert data_config(model)["input_size"] == (3, 32, 32)
+    assert backbone_data_config(model)["input_size"] == (3, 32, 32)
     with torch.no_grad():
         assert model(torch.zeros(2, 3, 32, 32)).shape == (2, model.num_features)
 
@@ -151,7 +152,7 @@ def test_random_weights_on_request_have_the_architectures_shape_and_normalisatio
     second = load_backbone("random:vit_tiny_patch16_224.augreg_in21k")
     assert first.embed_dim == 192 and first.num_classes == 0 and len(first.blocks) == 12
     assert not torch.equal(first.blocks[0].attn.qkv.weight, second.blocks[0].attn.qkv.weight)  # drawn, not loaded
-    assert data_config(first)["mean"] == (0.5, 0.5, 0.5)  # the tag's cfg
+    assert backbone_data_config(first)["mean"] == (0.5, 0.5, 0.5)  # the tag's cfg
     with pytest.raises(ValueError, match=r"architecture must be a timm model name .*, got 'vit_nope'"):
         load_backbone("random:vit_nope")
 

@@ -22,7 +22,7 @@ import avalanche_color.benchmarks.archives
 import avalanche_color.benchmarks.offline
 from avalanche_color.benchmarks.offline import PACS_CLASSES, PACS_DOMAINS, load_pacs, pacs, split_tiny_imagenet
 from avalanche_color.benchmarks.paper import DOMAINNET_DOMAINS, core50_ni, domainnet, split_cifar100
-from avalanche_color.benchmarks.registry import benchmark_spec
+from avalanche_color.benchmarks.registry import StreamRequest, benchmark_spec
 from avalanche_color.benchmarks.transforms import paper_transforms, vit_transforms
 from paper_data import jpeg, use_md5_sums, write_cifar100, write_core50, write_domainnet
 
@@ -319,10 +319,12 @@ def test_split_tiny_imagenet_refuses_an_archive_without_200_classes(tmp_path, ca
 
 def test_registry_builds_the_offline_streams_with_its_keywords(pacs_zip, tiny_imagenet, tmp_path, monkeypatch):
     monkeypatch.setattr(avalanche_color.benchmarks.archives, "CACHE_DIR", tmp_path)  # the default cache, read at call time
-    benchmark = benchmark_spec("pacs").build(pacs_zip, SIZE, NORM["mean"], NORM["std"], 0, True, None)
+    benchmark = benchmark_spec("pacs").stream(StreamRequest(SIZE, data=pacs_zip, task_labels=True, **NORM))
     assert [e.task_label for e in benchmark.train_stream] == [0, 1, 2, 3]
-    benchmark = benchmark_spec("split_tiny_imagenet").build(tiny_imagenet, TINY_SIZE, NORM["mean"], NORM["std"],
-                                                            0, False, 1)
+    with pytest.raises(ValueError, match="train_per_class is only supported for split_tiny_imagenet, not pacs"):
+        benchmark_spec("pacs").stream(StreamRequest(SIZE, data=pacs_zip, train_per_class=1, **NORM))
+    benchmark = benchmark_spec("split_tiny_imagenet").stream(
+        StreamRequest(TINY_SIZE, data=tiny_imagenet, train_per_class=1, **NORM))
     assert len(benchmark.train_stream) == 10 and len(benchmark.train_stream[0].dataset) == 10
     assert len(list(tmp_path.glob("*.pt"))) == 2
 
@@ -350,7 +352,10 @@ def test_domainnet_reads_the_published_layout_lazily(domainnet_root, monkeypatch
 
 def test_registry_passes_its_keywords_to_the_paper_streams(domainnet_root, cifar100_root, core50_root):
     def build(name, data):
-        return benchmark_spec(name).build(data, SIZE, NORM["mean"], NORM["std"], 0, False, None)
+        return benchmark_spec(name).stream(StreamRequest(SIZE, data=data, **NORM))
+
+    with pytest.raises(ValueError, match="benchmark 'core50' needs --data"):
+        build("core50", None)
 
     with pytest.raises(FileNotFoundError, match="infograph"):  # the registry asks for all six domains
         build("domainnet", domainnet_root)

@@ -20,6 +20,7 @@ LAYERS: list[set[str]] = [
     {"experts"},
     {"training"},
     {"color", "peers"},
+    {"baselines"},  # RanPAC, NCM, Joint-LoRA (CoLoR's ExpertViT), FT-masked's plugin
     {"evaluation"},
     {"benchmarks"},  # the streams the runner runs on
     {"runner"},  # the comparison runner: uses the public API (below), never the layers' modules

@@ -143,11 +143,13 @@ def test_the_paper_preset_trains_and_feeds_colour_as_its_table_says(benchmark, l
     assert (options.lr, options.momentum, options.weight_decay, options.rank, options.k) == (lr, 0.9, 2e-4, 64, k)
     assert (strategy.train_mb_size, strategy.train_epochs) == (128, epochs)
     built = []
-    spec = dataclasses.replace(benchmark_spec(benchmark), build=lambda *arguments: built.append(arguments))
+    spec = dataclasses.replace(benchmark_spec(benchmark), build=built.append)
     build_stream(spec, preset, load_backbone(small_backbone), 0, False)
-    assert built[0][:4] == (data, 32, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))  # ImageNet's, the ViT's size
+    request = built[0]  # ImageNet's mean and std, the ViT's size
+    assert (request.data, request.image_size, request.mean, request.std) == (
+        data, 32, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
     build_stream(spec, dataclasses.replace(preset, normalisation="backbone"), load_backbone(small_backbone), 0, False)
-    assert built[1][2:4] == ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))  # timm's cfg of vit_tiny_patch16_224
+    assert (built[1].mean, built[1].std) == ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))  # timm's cfg of vit_tiny_patch16_224
 
 
 def test_the_docs_show_the_paper_pipeline_table():

@@ -1,21 +1,54 @@
 """The benchmarks the comparison runner knows, by name, with what each needs.
 
-Every builder takes the same keywords, so the runner treats all streams alike:
-``data`` (a path, or None for the default), the backbone's ``image_size``, ``mean`` and
-``std``, a ``seed``, ``task_labels`` (experience i gets task label i: for oracle routing)
-and ``train_per_class`` (a seeded subsample, to make CPU runs cheaper; where supported).
+A benchmark's builder takes one :class:`StreamRequest` (the data path, the backbone's image size,
+mean and std, the seed, whether experience i gets task label i, and a per-class subsample of the
+training data), so the runner treats all streams alike; :meth:`BenchmarkSpec.stream` refuses what
+a benchmark does not support before building anything. A new benchmark is one builder and one entry
+of :data:`BENCHMARKS` (and, for the paper's settings, a preset in ``runner/presets.py``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal, Optional
+from typing import Any, Callable, Literal, Optional, Sequence
 
 Scenario = Literal["domain-incremental", "class-incremental"]
 # What a benchmark does with --data: nothing (the bundled digits), an optional zip file or folder
 # (else AVALANCHE_COLOR_DATA or a download), or a required folder (its data set is or will be there).
 DataUse = Literal["none", "optional", "required"]
+
+
+@dataclass(frozen=True)
+class StreamRequest:
+    """What a stream is built with.
+
+    Attributes:
+        image_size, mean, std: the backbone's input size and normalisation.
+        data: the data set's zip file or folder; None: the benchmark's default place.
+        seed: the seed of the benchmark's random split or class order, where it has one.
+        task_labels: experience i gets task label i (for oracle routing).
+        train_per_class: a seeded subsample of each class's training images (cheaper CPU runs),
+            where the benchmark supports it; None: all.
+    """
+
+    image_size: int
+    mean: Sequence[float]
+    std: Sequence[float]
+    data: Optional[Path] = None
+    seed: int = 0
+    task_labels: bool = False
+    train_per_class: Optional[int] = None
+
+    @property
+    def images(self) -> dict[str, Any]:
+        """The keywords of every stream builder that say how images are prepared."""
+        return dict(image_size=self.image_size, mean=self.mean, std=self.std)
+
+    @property
+    def paths(self) -> tuple[Path, ...]:
+        """The data path as the optional first argument of a builder."""
+        return () if self.data is None else (Path(self.data),)
 
 
 @dataclass(frozen=True)
@@ -25,59 +58,64 @@ class BenchmarkSpec:
     num_classes: int
     k: int  # the paper's rule: 5 domain-incremental, 2 x the new classes class-incremental
     backbone: str  # the default backbone spec for load_backbone (or "digits")
-    build: Callable[..., Any]
+    build: Callable[[StreamRequest], Any]
     offline: bool  # runs here without a download or a user-given data folder
     # Test experience i holds the test data of training experience i. False for CORe50 (NI), whose
     # one test experience holds held-out sessions that belong to no training experience: no task
     # label to route by (no oracle), no expert that is the right one for a test sample.
     paired_test_stream: bool = True
     data: DataUse = "optional"
+    subsample: bool = False  # takes train_per_class
+
+    def stream(self, request: StreamRequest) -> Any:
+        """The benchmark's stream for ``request`` (an Avalanche benchmark with train and test streams)."""
+        if request.train_per_class is not None and not self.subsample:
+            raise ValueError(f"train_per_class is only supported for "
+                             f"{', '.join(name for name, spec in BENCHMARKS.items() if spec.subsample)}, "
+                             f"not {self.name}")
+        if self.data == "required":
+            _required(request.data, self.name)
+        return self.build(request)
 
 
-def _pacs(data, image_size, mean, std, seed, task_labels, train_per_class):
+def _pacs(request: StreamRequest):
     from avalanche_color.benchmarks.offline import pacs
-    _refuse_subsample("pacs", train_per_class)
-    return pacs(*_path(data), image_size=image_size, mean=mean, std=std, seed=seed, task_labels=task_labels)
+    return pacs(*request.paths, seed=request.seed, task_labels=request.task_labels, **request.images)
 
 
-def _split_tiny_imagenet(data, image_size, mean, std, seed, task_labels, train_per_class):
+def _split_tiny_imagenet(request: StreamRequest):
     from avalanche_color.benchmarks.offline import split_tiny_imagenet
-    return split_tiny_imagenet(*_path(data), image_size=image_size, mean=mean, std=std, seed=seed,
-                               task_labels=task_labels, train_per_class=train_per_class)
+    return split_tiny_imagenet(*request.paths, seed=request.seed, task_labels=request.task_labels,
+                               train_per_class=request.train_per_class, **request.images)
 
 
-def _split_cifar100(data, image_size, mean, std, seed, task_labels, train_per_class):
+def _split_cifar100(request: StreamRequest):
     from avalanche_color.benchmarks.paper import split_cifar100
-    _refuse_subsample("split_cifar100", train_per_class)
-    return split_cifar100(_required(data, "split_cifar100"), image_size=image_size, mean=mean, std=std,
-                          seed=seed, task_labels=task_labels)
+    return split_cifar100(*request.paths, seed=request.seed, task_labels=request.task_labels, **request.images)
 
 
-def _core50(data, image_size, mean, std, seed, task_labels, train_per_class):
+def _core50(request: StreamRequest):
     from avalanche_color.benchmarks.paper import core50_ni
-    _refuse_subsample("core50", train_per_class)
-    return core50_ni(_required(data, "core50"), image_size=image_size, mean=mean, std=std, task_labels=task_labels)
+    return core50_ni(*request.paths, task_labels=request.task_labels, **request.images)
 
 
-def _domainnet(data, image_size, mean, std, seed, task_labels, train_per_class):
+def _domainnet(request: StreamRequest):
     from avalanche_color.benchmarks.paper import domainnet
-    _refuse_subsample("domainnet", train_per_class)
-    return domainnet(_required(data, "domainnet"), image_size=image_size, mean=mean, std=std,
-                     task_labels=task_labels)
+    return domainnet(*request.paths, task_labels=request.task_labels, **request.images)
 
 
 def _digits(kind: Scenario):
-    def build(data, image_size, mean, std, seed, task_labels, train_per_class):
+    def build(request: StreamRequest):
         from avalanche_color.benchmarks.digits import class_incremental_stream, digits_split, domain_incremental_stream
-        _refuse_subsample(f"digits ({kind})", train_per_class)
         stream = class_incremental_stream if kind == "class-incremental" else domain_incremental_stream
-        return stream(digits_split(seed), task_labels=task_labels)
+        return stream(digits_split(request.seed), task_labels=request.task_labels)
     return build
 
 
 BENCHMARKS: dict[str, BenchmarkSpec] = {spec.name: spec for spec in (
     BenchmarkSpec("pacs", "domain-incremental", 7, 5, "offline", _pacs, True),
-    BenchmarkSpec("split_tiny_imagenet", "class-incremental", 100, 20, "offline", _split_tiny_imagenet, True),
+    BenchmarkSpec("split_tiny_imagenet", "class-incremental", 100, 20, "offline", _split_tiny_imagenet, True,
+                  subsample=True),
     BenchmarkSpec("split_cifar100", "class-incremental", 100, 20, "vit_base_patch16_224.augreg_in21k",
                   _split_cifar100, False, data="required"),
     BenchmarkSpec("core50", "domain-incremental", 50, 5, "vit_base_patch16_224.augreg_in21k", _core50, False,
@@ -127,16 +165,7 @@ def check_data(name: str, data: Optional[Path]) -> None:
                          "unpacked folder")
 
 
-def _path(data: Optional[Path]) -> tuple[Path, ...]:
-    return () if data is None else (Path(data),)
-
-
 def _required(data: Optional[Path], name: str) -> Path:
     if data is None:
         raise ValueError(f"benchmark {name!r} needs --data: the folder its data set is (or will be downloaded) in")
     return Path(data)
-
-
-def _refuse_subsample(name: str, train_per_class: Optional[int]) -> None:
-    if train_per_class is not None:
-        raise ValueError(f"train_per_class is only supported for split_tiny_imagenet, not {name}")

@@ -17,8 +17,8 @@ The two small ViTs ship with the package (:mod:`avalanche_color.backbones`); the
 ``benchmarks/backbones/`` makes them.
 
 Every backbone comes without a classifier head (``num_classes=0``): CoLoR adds its own heads
-and the baselines get theirs from :func:`with_head`. ``data_config`` gives the input size and
-normalisation the backbone was pretrained with, from timm's ``pretrained_cfg``.
+and the baselines get theirs from :func:`with_head`. The input size and normalisation the backbone
+was pretrained with come from timm's ``pretrained_cfg``: :func:`avalanche_color.backbone_data_config`.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from avalanche_color.backbones import FILES, backbone_from_checkpoint, is_backbo
 # The small backbones ship with the package (avalanche_color/backbones/).
 OFFLINE_BACKBONE, DIGITS_BACKBONE = FILES["offline"], FILES["digits"]
 SHIPPED = {"offline": OFFLINE_BACKBONE, "digits": DIGITS_BACKBONE}
-__all__ = ["DIGITS_BACKBONE", "OFFLINE_BACKBONE", "SHIPPED", "BackboneUnavailable", "data_config", "load_backbone",
+__all__ = ["DIGITS_BACKBONE", "OFFLINE_BACKBONE", "SHIPPED", "BackboneUnavailable", "load_backbone",
            "save_backbone", "with_head"]
 
 
@@ -150,13 +150,6 @@ def _vit(model: nn.Module, origin: str) -> VisionTransformer:
     if not isinstance(model, VisionTransformer):
         raise TypeError(f"backbone {origin!r} is a {type(model).__name__}, not a timm VisionTransformer")
     return model.eval()
-
-
-def data_config(model: VisionTransformer) -> dict[str, Any]:
-    """Input size, mean and std the backbone expects: timm's resolved data config, its input size
-    the model's own (a model built with another ``img_size`` keeps its architecture's cfg)."""
-    config = timm.data.resolve_data_config(model=model)
-    return {**config, "input_size": (model.patch_embed.proj.in_channels, *model.patch_embed.img_size)}
 
 
 def with_head(backbone: VisionTransformer, num_classes: int) -> VisionTransformer:

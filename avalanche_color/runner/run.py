@@ -18,10 +18,10 @@ from avalanche.training.plugins import EvaluationPlugin
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.models.vision_transformer import VisionTransformer
 
-from avalanche_color import (L2P, InfLoRAViT, RoutedExpertViT, SDLoRAViT, experience_classes, routing_accuracy_metrics,
-                             train_stream, write_atomically)
-from avalanche_color.benchmarks.registry import BenchmarkSpec, benchmark_spec
-from avalanche_color.runner.backbones import data_config, with_head
+from avalanche_color import (L2P, InfLoRAViT, RoutedExpertViT, SDLoRAViT, backbone_data_config, experience_classes,
+                             routing_accuracy_metrics, train_stream, write_atomically)
+from avalanche_color.benchmarks.registry import BenchmarkSpec, StreamRequest, benchmark_spec
+from avalanche_color.runner.backbones import with_head
 from avalanche_color.runner.config import RunConfig
 from avalanche_color.runner.loggers import avalanche_loggers, wandb_logger
 from avalanche_color.runner.methods import MethodRun, method
@@ -43,10 +43,13 @@ class LearningRate(NamedTuple):
 
 def build_stream(spec: BenchmarkSpec, config: RunConfig, backbone: VisionTransformer, seed: int,
                  task_labels: bool):
-    data = data_config(backbone)
+    """The benchmark's stream at the backbone's input size (:func:`~avalanche_color.backbone_data_config`),
+    normalised with the backbone's mean and std or, with ``--normalisation imagenet``, ImageNet's."""
+    data = backbone_data_config(backbone)
     mean, std = ((IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD) if config.normalisation == "imagenet"
                  else (data["mean"], data["std"]))
-    return spec.build(config.data, data["input_size"][-1], mean, std, seed, task_labels, config.train_per_class)
+    return spec.stream(StreamRequest(image_size=data["input_size"][-1], mean=mean, std=std, data=config.data,
+                                     seed=seed, task_labels=task_labels, train_per_class=config.train_per_class))
 
 
 def evaluator(loggers: Sequence[BaseLogger] = ()) -> EvaluationPlugin:

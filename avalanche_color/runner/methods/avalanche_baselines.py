@@ -29,7 +29,7 @@ def _strategy(template: str, masked: bool = False):
             from avalanche.models import IncrementalClassifier
             from avalanche.models.utils import FeatureExtractorModel
 
-            from avalanche_color.runner.methods.ft_masking import CurrentClassesMasking
+            from avalanche_color import CurrentClassesMasking
 
             vit = run.backbone(0)
             head = IncrementalClassifier(vit.num_features, run.num_classes, masking=True, mask_value=float("-inf"))

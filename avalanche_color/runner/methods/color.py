@@ -1,6 +1,7 @@
 """CoLoR and its variants: how the experts route (the paper's prototypes on the backbone's or the
 first expert's features, the task label, or beyond the paper a class-level ridge or Gaussian
-router), and Joint-LoRA, one CoLoR expert trained on the whole stream at once (an upper bound).
+router), and Joint-LoRA, one CoLoR expert trained on the whole stream at once (an upper bound,
+:class:`~avalanche_color.JointLoRA`).
 Every variant's experts train exactly as CoLoR's."""
 
 from __future__ import annotations
@@ -43,16 +44,9 @@ def _joint_lora_options(run: MethodRun) -> dict[str, Any]:
 
 
 def _build_joint_lora(run: MethodRun, options: dict[str, Any]):
-    import torch
-    from torch import nn
+    from avalanche_color import JointLoRA
 
-    from avalanche_color.runner.methods.joint_lora import JointExpertTraining, SingleLoRAExpert
-
-    model = SingleLoRAExpert(run.backbone(0), options["rank"], range(run.num_classes))
-    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=options["lr"],
-                                momentum=options["momentum"], weight_decay=options["weight_decay"])
-    return JointExpertTraining(model=model, optimizer=optimizer, criterion=nn.CrossEntropyLoss(),
-                               **run.strategy_options)
+    return JointLoRA(run.backbone(0), num_classes=run.num_classes, **options, **run.strategy_options)
 
 
 METHODS = (

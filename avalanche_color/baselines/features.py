@@ -1,4 +1,5 @@
-"""The features of an experience's training data, batch by batch: what the training-free baselines fit."""
+"""The features a training-free baseline fits its classifier with: the frozen ViT's pooled features of
+an experience's training data, batch by batch."""
 
 from __future__ import annotations
 
@@ -7,9 +8,15 @@ from typing import Any, Callable
 
 import torch
 from avalanche.training.templates import SupervisedTemplate
-from torch import Tensor
+from torch import Tensor, nn
 
-from avalanche_color import data_loader, loader_options
+from avalanche_color.training.loaders import data_loader, loader_options
+
+
+def pooled_features(vit: nn.Module, x: Tensor) -> Tensor:
+    """The timm ViT's pooled features before its head, (batch, num_features): what ``vit(x)`` gives
+    for a headless ViT (``num_classes=0``), and the same for a ViT with a classifier head."""
+    return vit.forward_head(vit.forward_features(x), pre_logits=True)
 
 
 @torch.no_grad()

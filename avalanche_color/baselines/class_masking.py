@@ -1,4 +1,12 @@
-"""The paper's "FT + class masking" on Avalanche's ``IncrementalClassifier``."""
+"""The CoLoR paper's "FT + class masking" baseline: fine-tuning with only the current experience's classes' logits.
+
+Built on Avalanche's ``Naive`` with an ``IncrementalClassifier(masking=True)`` head::
+
+    head = IncrementalClassifier(vit.num_features, num_classes, masking=True, mask_value=float("-inf"))
+    model = FeatureExtractorModel(vit, head)   # avalanche.models.utils; vit headless (num_classes=0)
+    strategy = Naive(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
+                     criterion=nn.CrossEntropyLoss(), plugins=[CurrentClassesMasking(head)], ...)
+"""
 
 from __future__ import annotations
 
@@ -10,7 +18,7 @@ from avalanche.models import IncrementalClassifier
 from avalanche.training.templates import SupervisedTemplate
 from torch import Tensor
 
-from avalanche_color import experience_classes
+from avalanche_color.utils.experiences import experience_classes
 
 
 class CurrentClassesMasking(SupervisedPlugin):
@@ -27,6 +35,9 @@ class CurrentClassesMasking(SupervisedPlugin):
 
     def __init__(self, head: IncrementalClassifier) -> None:
         super().__init__()
+        if not isinstance(head, IncrementalClassifier) or not head.masking:
+            raise ValueError(f"head must be an avalanche.models.IncrementalClassifier built with masking=True (the "
+                             f"classifier of the model the strategy trains), got {head!r}")
         self.head = head
         self.seen: Optional[Tensor] = None  # while an experience trains: every class trained so far
         self.current: Optional[Tensor] = None  # and its own classes

@@ -1,0 +1,24 @@
+"""The baselines CoLoR is compared with that are not another paper's continual learner of LoRA or
+prompt experts, as Avalanche strategies and plugins a script builds as it builds CoLoR.
+
+* :class:`RanPAC` (``ranpac.py``): random ReLU features of the frozen ViT and a closed-form ridge
+  readout, refitted after each experience; nothing trains.
+* :class:`NCM` (``ncm.py``): SimpleCIL, the nearest class mean of the frozen ViT's normalised
+  features; nothing trains.
+* :class:`JointLoRA` (``joint_lora.py``): one CoLoR expert trained on the whole stream at once (an
+  upper bound).
+* :class:`CurrentClassesMasking` (``class_masking.py``): the plugin that makes Avalanche's ``Naive``
+  the paper's "FT + class masking".
+
+``training_free.py`` holds the template NCM and RanPAC share (the epochs do nothing, a plugin fits
+the classifier) and ``features.py`` the features they fit with.
+"""
+
+from avalanche_color.baselines.class_masking import CurrentClassesMasking
+from avalanche_color.baselines.features import experience_features
+from avalanche_color.baselines.joint_lora import JointLoRA, SingleLoRAExpert
+from avalanche_color.baselines.ncm import NCM, NCMModel, SeenClassesNCM
+from avalanche_color.baselines.ranpac import RanPAC, RanPACModel
+
+__all__ = ["NCM", "CurrentClassesMasking", "JointLoRA", "NCMModel", "RanPAC", "RanPACModel", "SeenClassesNCM",
+           "SingleLoRAExpert", "experience_features"]
