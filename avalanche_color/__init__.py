@@ -89,6 +89,7 @@ if TYPE_CHECKING:  # the public names (see _public_names), imported eagerly for 
     from avalanche_color.color.strategy import CoLoR as CoLoR
     from avalanche_color.config import PrototypeOptions as PrototypeOptions
     from avalanche_color.config import RoutingOptions as RoutingOptions
+    from avalanche_color.evaluation.progress import TrainingProgress as TrainingProgress
     from avalanche_color.evaluation.routing_accuracy import RoutingAccuracy as RoutingAccuracy
     from avalanche_color.evaluation.routing_accuracy import routing_accuracy_metrics as routing_accuracy_metrics
     from avalanche_color.evaluation.wandb_logger import WandBLogger as WandBLogger
@@ -127,6 +128,7 @@ if TYPE_CHECKING:  # the public names (see _public_names), imported eagerly for 
     from avalanche_color.training.resume import CheckpointPlugin as CheckpointPlugin
     from avalanche_color.training.resume import train_stream as train_stream
     from avalanche_color.training.router_fitting import RouterFitting as RouterFitting
+    from avalanche_color.training.strategy_base import StrategyBase as StrategyBase
     from avalanche_color.training.router_plugin import PrototypeRouterPlugin as PrototypeRouterPlugin
     from avalanche_color.training.template import RoutedExpertsTemplate as RoutedExpertsTemplate
     from avalanche_color.utils.digests import tensors_digest as tensors_digest

@@ -22,7 +22,8 @@ from avalanche_color import (L2P, CoLoR, CoLoRConfig, InfLoRA, InfLoRAConfig, L2
                              SDLoRA, SDLoRAConfig, SPrompts, SPromptsConfig)
 from avalanche_color import ConfiguredStrategy, DataChecksPlugin
 from avalanche_color import config as config_module
-from avalanche_color.config import LoaderOptions, Options
+from avalanche_color.config import LoaderOptions
+from avalanche_color.utils.options import Options
 from helpers import quiet_evaluator
 from streams import tiny_vit
 
@@ -130,6 +131,17 @@ def test_every_strategy_is_built_alike_by_the_one_base(strategy, config_class):
     vit = tiny_vit(0)
     strategy(vit, evaluator=quiet_evaluator())
     assert all(torch.equal(a, b) for a, b in zip(vit.state_dict().values(), tiny_vit(0).state_dict().values()))
+
+
+def test_every_strategy_and_baseline_shares_the_package_base_with_the_data_checks_first():
+    from avalanche_color import NCM, JointLoRA, RanPAC, StrategyBase
+
+    strategies = [strategy(tiny_vit(0), evaluator=quiet_evaluator()) for strategy, _ in ALL_STRATEGIES]
+    strategies += [RanPAC(tiny_vit(0), evaluator=quiet_evaluator()), NCM(tiny_vit(0), evaluator=quiet_evaluator()),
+                   JointLoRA(tiny_vit(0), num_classes=3, evaluator=quiet_evaluator())]
+    for made in strategies:
+        assert isinstance(made, StrategyBase), type(made).__name__
+        assert type(made.plugins[0]) is DataChecksPlugin, type(made).__name__
 
 
 def test_a_continued_model_keeps_its_options_and_they_fill_the_config():

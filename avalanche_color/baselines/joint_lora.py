@@ -16,9 +16,9 @@ from torch import Tensor, nn
 from avalanche_color.color.model import ExpertViT
 from avalanche_color.experts.backbone import check_vision_transformer
 from avalanche_color.training.cosine_schedule import PerExperienceCosine
-from avalanche_color.training.data_checks import DataChecksPlugin, check_training_experience
+from avalanche_color.training.data_checks import check_training_experience
 from avalanche_color.training.loaders import loader_options
-from avalanche_color.training.strategy_parts import ModelFirst
+from avalanche_color.training.strategy_base import StrategyBase
 from avalanche_color.utils.checks import boolean, non_negative, positive, positive_int, require
 
 
@@ -44,7 +44,7 @@ class SingleLoRAExpert(nn.Module):
         return self.experts.predict(x, 0)
 
 
-class JointLoRA(ModelFirst, PerExperienceCosine, JointTraining):
+class JointLoRA(PerExperienceCosine, StrategyBase, JointTraining):
     """Joint-LoRA: Avalanche's ``JointTraining`` of one CoLoR expert on all experiences at once.
 
     The expert is rank-``rank`` LoRA on the query and value projections of every block of a frozen
@@ -114,8 +114,7 @@ class JointLoRA(ModelFirst, PerExperienceCosine, JointTraining):
         # The data scan is done here, over every experience (the plugin would see the first alone).
         super().__init__(model=expert, optimizer=optimizer, criterion=nn.CrossEntropyLoss(),
                          train_mb_size=train_mb_size, train_epochs=train_epochs, eval_mb_size=eval_mb_size,
-                         device=device, plugins=[DataChecksPlugin(scan_experiences=False), *(plugins or ())],
-                         evaluator=evaluator, **kwargs)
+                         device=device, plugins=plugins, scan_experiences=False, evaluator=evaluator, **kwargs)
 
     def train_dataset_adaptation(self, **kwargs: Any) -> None:
         if self.check_data:

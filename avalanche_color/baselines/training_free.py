@@ -10,12 +10,10 @@ from typing import Any, Callable, Optional, Union
 import torch
 from avalanche.core import BasePlugin
 from avalanche.training.plugins import EvaluationPlugin
-from avalanche.training.templates import SupervisedTemplate
 from torch import nn
 
 from avalanche_color.experts.backbone import check_vision_transformer
-from avalanche_color.training.data_checks import DataChecksPlugin
-from avalanche_color.training.strategy_parts import ModelFirst
+from avalanche_color.training.strategy_base import StrategyBase
 from avalanche_color.utils.checks import boolean, positive_int, require
 
 
@@ -25,7 +23,7 @@ def frozen_copy(model: nn.Module) -> nn.Module:
     return copy.deepcopy(model).requires_grad_(False).eval()
 
 
-class TrainingFreeTemplate(ModelFirst, SupervisedTemplate):
+class TrainingFreeTemplate(StrategyBase):
     """A ``SupervisedTemplate`` whose epochs do nothing: no forward and no gradient step in training.
 
     ``fit`` (a plugin) fits the model's classifier after each experience. The plugins run in this
@@ -45,7 +43,7 @@ class TrainingFreeTemplate(ModelFirst, SupervisedTemplate):
             raise ValueError(f"plugins must be a sequence of Avalanche plugins or None, got {plugins!r}")
         super().__init__(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.0),
                          criterion=nn.CrossEntropyLoss(), train_mb_size=train_mb_size, eval_mb_size=eval_mb_size,
-                         device=device, plugins=[DataChecksPlugin(scan_experiences=check_data), fit, *(plugins or ())],
+                         device=device, plugins=plugins, scan_experiences=check_data, own_plugins=[fit],
                          evaluator=evaluator, **kwargs)
 
     def training_epoch(self, **kwargs: Any) -> None:

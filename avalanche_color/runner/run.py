@@ -18,15 +18,14 @@ from avalanche.training.plugins import EvaluationPlugin
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.models.vision_transformer import VisionTransformer
 
-from avalanche_color import (L2P, InfLoRAViT, RoutedExpertViT, SDLoRAViT, backbone_data_config, experience_classes,
-                             routing_accuracy_metrics, train_stream, write_atomically)
+from avalanche_color import (L2P, InfLoRAViT, RoutedExpertViT, SDLoRAViT, TrainingProgress, backbone_data_config,
+                             experience_classes, routing_accuracy_metrics, train_stream, write_atomically)
 from avalanche_color.benchmarks.registry import BenchmarkSpec, StreamRequest, benchmark_spec
 from avalanche_color.runner.backbones import with_head
 from avalanche_color.runner.config import RunConfig
 from avalanche_color.runner.loggers import avalanche_loggers, wandb_logger
 from avalanche_color.runner.methods import MethodRun, method
 from avalanche_color.runner.plan import PlannedRun
-from avalanche_color.runner.progress import TrainingProgress
 from avalanche_color.runner.report import forgetting, weighted_mean
 
 # Task<t>/ is absent where the experiences declare no task labels (benchmark_from_datasets streams).
@@ -91,7 +90,7 @@ def run_method(planned: PlannedRun, benchmark, spec: BenchmarkSpec, backbone: Vi
                device: str, attempt: Path, lr: Optional[LearningRate] = None, progress: bool = False) -> dict[str, Any]:
     """Trains and evaluates one planned run in the ``attempt`` folder; returns its record. ``lr``: a learning
     rate in place of the method's own (a tuned one); ``progress``: a bar per training experience, with the
-    epoch, iteration and ETA (:class:`~avalanche_color.runner.progress.TrainingProgress`)."""
+    epoch, iteration and ETA (:class:`~avalanche_color.TrainingProgress`)."""
     entry = method(planned.method)
     name = f"{slug(planned.label)}_seed{planned.seed}"
     record = attempt / "runs" / f"{name}.json"

@@ -8,11 +8,11 @@ The base then does, once for every method:
 * construction (:mod:`~avalanche_color.training.strategy_construction`): the config built and checked
   once, the model built from a copy of the ViT (or a ready model kept, its own settings applying),
   plugins that cannot act on the method refused with the reason, ``optimizer=`` refused;
-* the parts of :mod:`~avalanche_color.training.strategy_parts`: the model given first, the config's
-  loader options in every loader, an unpadded evaluation shard per rank under torchrun;
+* what every strategy of the package is (:class:`~avalanche_color.training.strategy_base.StrategyBase`,
+  the baselines' base too): the model given first, the data checks first among the plugins, the
+  config's loader options in every loader, an unpadded evaluation shard per rank under torchrun;
 * the numeric precision (:class:`~avalanche_color.training.precision.MixedPrecision`) and the
   per-experience cosine schedule (:class:`~avalanche_color.training.cosine_schedule.PerExperienceCosine`);
-* the data checks, first of all plugins (:class:`~avalanche_color.training.data_checks.DataChecksPlugin`);
 * the per-experience loop: the model adapts, then the method prepares what is new, then a fresh
   optimiser over what trains now; under torchrun the training steps run through DDP over it.
 
@@ -31,23 +31,20 @@ import torch
 from avalanche.core import BasePlugin
 from avalanche.training.plugins import EvaluationPlugin
 from avalanche.training.plugins.evaluation import default_evaluator
-from avalanche.training.templates import SupervisedTemplate
 from torch import Tensor, nn
 
 from avalanche_color.config import LoaderOptions, Options, TrainingOptions
 from avalanche_color.training.cosine_schedule import PerExperienceCosine
-from avalanche_color.training.data_checks import DataChecksPlugin
 from avalanche_color.training.distributed import wrap_current_expert
 from avalanche_color.training.plugin_compatibility import refuse_incompatible_plugins
 from avalanche_color.training.precision import MixedPrecision
 from avalanche_color.training.strategy_construction import (configured_model, refuse_optimizer,
                                                             refuse_unknown_keywords, replace_routing)
-from avalanche_color.training.strategy_parts import LoaderDefaults, ModelFirst, ShardedEvaluation
+from avalanche_color.training.strategy_base import StrategyBase
 from avalanche_color.utils.experiences import continues_experience
 
 
-class ConfiguredStrategy(ModelFirst, ShardedEvaluation, LoaderDefaults, PerExperienceCosine, MixedPrecision,
-                         SupervisedTemplate):
+class ConfiguredStrategy(PerExperienceCosine, MixedPrecision, StrategyBase):
     """A ``SupervisedTemplate`` set up from one options dataclass, trained experience by experience.
 
     Subclasses set :attr:`config_class`, :attr:`model_class` and :attr:`model_config_class`, write
@@ -78,8 +75,6 @@ class ConfiguredStrategy(ModelFirst, ShardedEvaluation, LoaderDefaults, PerExper
     model_class: ClassVar[type[nn.Module]]
     # The options the model takes: a group of config_class (e.g. LoRAOptions for CoLoR's ExpertViT).
     model_config_class: ClassVar[type[Options]]
-    # Avalanche plugins this strategy refuses, by class name, with the reason (see plugin_compatibility).
-    incompatible_plugins: ClassVar[dict[str, str]] = {}
     # The optimiser the strategy builds per experience, and the options that set it (for the refusal of optimizer=).
     optimizer_description: ClassVar[str] = "its own optimiser"
     optimizer_options: ClassVar[tuple[str, ...]] = ("lr",)
@@ -102,7 +97,7 @@ class ConfiguredStrategy(ModelFirst, ShardedEvaluation, LoaderDefaults, PerExper
         template_options: Optional[Mapping[str, Any]] = None,
     ) -> None:
         cls, template_options = type(self), dict(template_options or {})
-        refuse_incompatible_plugins(cls.__name__, plugins or (), self.incompatible_plugins)
+        refuse_incompatible_plugins(cls.__name__, plugins or (), self.incompatible_plugins)  # before the copy
         refuse_optimizer(cls, options, template_options)  # before the model is copied and adapted
         options = replace_routing(cls.config_class, options, template_options)
         refuse_unknown_keywords(cls, template_options, options)
@@ -118,7 +113,9 @@ class ConfiguredStrategy(ModelFirst, ShardedEvaluation, LoaderDefaults, PerExper
             train_epochs=budget.train_epochs,
             eval_mb_size=budget.eval_mb_size,
             device=device,
-            plugins=[*self.own_plugins(), *(plugins or ())],
+            plugins=plugins,
+            scan_experiences=budget.check_data,
+            own_plugins=self.own_plugins(),
             evaluator=evaluator,
             eval_every=budget.eval_every,
             **template_options,
@@ -138,9 +135,8 @@ class ConfiguredStrategy(ModelFirst, ShardedEvaluation, LoaderDefaults, PerExper
         return cls.model_class(copy.deepcopy(vit), model_config)
 
     def own_plugins(self) -> list[BasePlugin]:
-        """Plugins the method itself needs, placed before the user's. Bad data is refused first, before
-        any other plugin or the model adaptation acts on it; a method adds its own after these."""
-        return [DataChecksPlugin(scan_experiences=self.config.check_data)]
+        """Plugins the method itself needs, after the data checks and before the user's."""
+        return []
 
     def prepare_experience(self, **kwargs: Any) -> None:
         """After the model added an experience's expert, before its optimiser exists (InfLoRA designs ``A_t``)."""

@@ -35,7 +35,7 @@ class RoutedExpertsTemplate(ConfiguredStrategy):
     optimizer_options = ("lr", "momentum", "weight_decay")
 
     def own_plugins(self) -> list[BasePlugin]:
-        return [*super().own_plugins(), PrototypeRouterPlugin(self.config.group(PrototypeOptions))]
+        return [PrototypeRouterPlugin(self.config.group(PrototypeOptions))]
 
     def forward(self) -> Tensor:
         """The model's forward (through DDP in training under torchrun): in training the expert that

@@ -1,9 +1,9 @@
-"""Progress inside a run: a bar per training experience, with the epoch, the iteration and an ETA.
+"""Progress inside a long run: a bar per training experience, with the epoch, the iteration and an ETA.
 
-The comparison's own bar moves once per run; inside a long run (hours with ``--preset paper``)
-this one shows where training is: ``CoLoR seed 0: experience 2/5`` over the experience's
-iterations (all its epochs), with ``epoch 3/50`` beside it and tqdm's rate and remaining time.
-It is a plain Avalanche plugin, added to each run's strategy; ``--quiet`` leaves it out.
+``CoLoR seed 0: experience 2/5`` over the experience's iterations (all its epochs), with
+``epoch 3/50`` beside it and tqdm's rate and remaining time. A plain Avalanche plugin: give it to
+any strategy (``plugins=[TrainingProgress("CoLoR", len(benchmark.train_stream))]``); the comparison
+runner adds one to each run's strategy, below its own bar (``--quiet`` leaves it out).
 """
 
 from __future__ import annotations
