@@ -125,7 +125,7 @@ if TYPE_CHECKING:  # the public names (see _public_names), imported eagerly for 
     from avalanche_color.training.distributed import init_distributed as init_distributed
     from avalanche_color.training.loaders import data_loader as data_loader
     from avalanche_color.training.loaders import loader_options as loader_options
-    from avalanche_color.training.resume import CheckpointPlugin as CheckpointPlugin
+    from avalanche_color.training.checkpoint_plugin import CheckpointPlugin as CheckpointPlugin
     from avalanche_color.training.resume import train_stream as train_stream
     from avalanche_color.training.router_fitting import RouterFitting as RouterFitting
     from avalanche_color.training.strategy_base import StrategyBase as StrategyBase

@@ -19,8 +19,9 @@ from PIL import Image
 from torchvision.transforms import v2
 
 import avalanche_color.benchmarks.archives
-import avalanche_color.benchmarks.offline
-from avalanche_color.benchmarks.offline import PACS_CLASSES, PACS_DOMAINS, load_pacs, pacs, split_tiny_imagenet
+import avalanche_color.benchmarks.pacs
+from avalanche_color.benchmarks.offline import split_tiny_imagenet
+from avalanche_color.benchmarks.pacs import PACS_CLASSES, PACS_DOMAINS, load_pacs, pacs
 from avalanche_color.benchmarks.paper import DOMAINNET_DOMAINS, core50_ni, domainnet, split_cifar100
 from avalanche_color.benchmarks.registry import StreamRequest, benchmark_spec
 from avalanche_color.benchmarks.transforms import paper_transforms, vit_transforms
@@ -204,7 +205,7 @@ def test_pacs_decodes_once_into_the_cache(pacs_zip, tmp_path, monkeypatch):
     data = load_pacs(pacs_zip, image_size=SIZE, cache_dir=tmp_path)
     assert data["images"].dtype == torch.uint8 and data["images"].shape[1:] == (3, SIZE, SIZE)
     assert len(data["labels"]) == 7 * sum(PACS_PER_CLASS.values())  # the __MACOSX entry is skipped
-    monkeypatch.setattr(avalanche_color.benchmarks.offline, "decode_images", lambda *a: pytest.fail("decoded again"))
+    monkeypatch.setattr(avalanche_color.benchmarks.pacs, "decode_images", lambda *a: pytest.fail("decoded again"))
     pacs(pacs_zip, image_size=SIZE, domains=("photo",), cache_dir=tmp_path, **NORM)
 
 

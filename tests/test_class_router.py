@@ -9,7 +9,7 @@ from avalanche_color import CoLoRConfig, SPrompts, read_checkpoint, train_stream
 from avalanche_color.routing.class_router import ClassRouter
 from avalanche_color.routing.gaussian import SHRINKAGE, GaussianClassifier
 from avalanche_color.routing.ridge import RELATIVE_RIDGE_GRID, RandomFeatureRidge, solve_ridge
-from avalanche_color.training.resume import CheckpointPlugin
+from avalanche_color.training.checkpoint_plugin import CheckpointPlugin
 from helpers import quiet_evaluator, stream_metric, tiny_color, train_all
 from streams import class_stream, domain_stream, tiny_vit
 

@@ -19,7 +19,8 @@ from avalanche.training.plugins import EvaluationPlugin
 
 from avalanche_color import L2P, CoLoR, InfLoRA, SDLoRA, SPrompts
 from avalanche_color.evaluation.routing_accuracy import routing_accuracy_metrics
-from avalanche_color.training.data_checks import DataChecksPlugin, DeferredLossCheck
+from avalanche_color.training.data_checks import DataChecksPlugin
+from avalanche_color.training.loss_checks import DeferredLossCheck
 from benchmarks.host_reads import HostReads, counting
 from lora_sum_cases import tiny_vit as pooled_vit
 from streams import class_stream, domain_stream, tiny_vit

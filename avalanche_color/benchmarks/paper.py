@@ -22,8 +22,8 @@ from typing import Iterator, Sequence
 from avalanche.benchmarks import paths_benchmark
 from avalanche.benchmarks.classic import CORe50, SplitCIFAR100
 
-from avalanche_color.benchmarks.offline import (DEFAULT_MEAN, DEFAULT_STD, check_domains, check_seed, generic_benchmark,
-                                        task_labels_of)
+from avalanche_color.benchmarks.stream_building import (DEFAULT_MEAN, DEFAULT_STD, check_domains, check_seed,
+                                                        generic_benchmark, task_labels_of)
 from avalanche_color.benchmarks.transforms import paper_transforms
 
 CIFAR100_EXPERIENCES = 10

@@ -79,7 +79,7 @@ class BenchmarkSpec:
 
 
 def _pacs(request: StreamRequest):
-    from avalanche_color.benchmarks.offline import pacs
+    from avalanche_color.benchmarks.pacs import pacs
     return pacs(*request.paths, seed=request.seed, task_labels=request.task_labels, **request.images)
 
 

@@ -74,7 +74,7 @@ class Checkpoint:
         options: the strategy's options (every field of its config, as JSON values) when it was
             saved; None for strategies without a config and for checkpoints written before they
             were recorded. A resume under other options that change the run is refused
-            (:func:`~avalanche_color.training.resume.changed_options`).
+            (:func:`~avalanche_color.training.resume_options.changed_options`).
     """
 
     experiences_done: int

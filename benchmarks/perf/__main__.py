@@ -1,141 +1,30 @@
-"""Speed and memory of CoLoR's training and routed inference, as ratios measured side by side.
-
-    python -m benchmarks.perf                      # ViT-B/16 shape, CPU (CUDA when present)
-    python -m benchmarks.perf --device cuda --batch-size 64 --bf16 --out benchmarks/results/perf-cuda.md
-    python -m benchmarks.perf --only memory        # only the memory-growth section, replaced in --out
-    python -m benchmarks.perf --only kernels       # only the mixed-expert kernels section (benchmarks.perf.kernels)
-
-Everything runs in this one process on the same inputs. Timings are
-interleaved: after a warm-up round, each of ``--rounds`` rounds runs every
-timed call once, in an order rotated by one place per round, and every ratio is
-computed within a round from that round's timings. Figures are the median over
-rounds with the min and max. Weights are random (timings do not depend on them).
-Printed and written as a markdown table:
-
-* R1 = CoLoR training step / frozen-backbone forward (ideal about 2.0)
-* R2 = CoLoR training step / full fine-tuning step, and their training memory
-* R3 = routed inference throughput / plain ViT forward throughput (ideal 0.5)
-* R4 = routed inference time with 10 experts mixed in each batch / with 1 expert (ideal 1.0)
-* R5 = our expert pass / peft's mixed-adapter pass (``adapter_names``), 10 experts in a batch
-* R5 overhead = (our expert pass - plain forward) / (peft's mixed-adapter pass - plain forward),
-  for 1, 2, 10 and 50 experts in one batch (``--mixed-batch-size`` samples, 50 by default)
-* routing (nearest prototype) and k-means fit time as a share of a forward
-* the class-level routers (ridge, gaussian): routing and fitting time as a share of a forward
-* SD-LoRA and InfLoRA (``--experts`` experiences learned, the last one training): their training step /
-  frozen-backbone forward, and their inference throughput / CoLoR's routed inference throughput (one
-  forward and no router against two passes)
-* loader / step = images per second of a training data loader (JPEG photos decoded, RandomResizedCrop,
-  flip, normalise, with ``--loader-workers`` worker processes) / images per second of the CoLoR
-  training step: below 1 the accelerator waits for the data
-* training memory against experiences learned (``--memory-experiences``, 1, 10 and 50 by default), on
-  ``--memory-model`` (ViT-S/16 by default: 50 InfLoRA experiences take minutes on a CPU): for CoLoR, S-Prompts,
-  L2P, SD-LoRA and InfLoRA, the learned state plus one training step of experience t, and the state stored
-  after it (:mod:`benchmarks.perf.memory_growth`); a section of its own, which ``--only memory`` measures
-  alone and replaces in ``--out``
-"""
+"""``python -m benchmarks.perf``: speed and memory ratios measured side by side (the options and what each row
+means: :mod:`benchmarks.perf.cli`)."""
 
 from __future__ import annotations
 
-import argparse
 import copy
-import sys
-import time
 import warnings
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import nullcontext
 from functools import partial
-from pathlib import Path
-from typing import Callable
 
 import timm
 import torch
 from timm.data import resolve_data_config
 from torch import nn
 
-from avalanche_color import CoLoRConfig, InfLoRAConfig, InfLoRAViT, SDLoRAConfig, SDLoRAViT, fit_prototypes
+from avalanche_color import InfLoRAConfig, InfLoRAViT, SDLoRAConfig, SDLoRAViT, fit_prototypes
 from avalanche_color.routing.class_router import ClassRouter
+from benchmarks.perf.cli import parse_args
 from benchmarks.perf.kernels import kernel_section
-from benchmarks.perf.learners import learners, settings
 from benchmarks.perf.memory import training_memory
-from benchmarks.perf.memory_growth import measure_growth, section
-from benchmarks.perf.report import command_line, machine, replace_section
-from benchmarks.perf.timing import Spread, Variant, interleaved, per_round, seconds
-from benchmarks.perf.workloads import (PHOTO_SIZE, JPEGDataset, build_color, build_lora_sum, jpeg_photos, load_epoch,
-                                       paper_train_transform, peft_adapters, training_loader)
-
-RESULTS = Path(__file__).parents[1] / "results"
-CLASSES = 10  # per expert
-CLASS_ROUTERS = ("ridge", "gaussian")
-ROUTER_WIDTH = CoLoRConfig().router_width  # the default M
-PHOTOS = 64  # distinct JPEGs the loader cycles over
-
-
-def fitted_class_routers(num_features: int, experts: int, generator: torch.Generator) -> dict[str, ClassRouter]:
-    """The class-level routers fitted on ``experts`` experiences of random normalised features
-    (1000 samples, ``CLASSES`` classes each): timings depend on the sizes, not the values."""
-    routers = {kind: ClassRouter(kind, num_features, ROUTER_WIDTH) for kind in CLASS_ROUTERS}
-    for expert in range(experts):
-        features = torch.nn.functional.normalize(torch.randn(1000, num_features, generator=generator), dim=-1)
-        labels = torch.arange(1000) % CLASSES + expert * CLASSES
-        for router in routers.values():
-            router.fit(expert, features, labels)
-            router.finish(expert)
-    return routers
-
-
-def plural(count: int, word: str = "expert") -> str:
-    return word if count == 1 else word + "s"
-
-
-def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="vit_base_patch16_224", help="timm model name (random weights)")
-    parser.add_argument("--batch-size", type=int, default=10, help="at least --experts: one sample per expert")
-    parser.add_argument("--rank", type=int, default=64)
-    parser.add_argument("--experts", type=int, default=10, help="experts mixed in a batch for R3, R4 and R5")
-    parser.add_argument("--mixed-experts", default="1,2,10,50",
-                        help="comma-separated numbers of experts in one batch for the R5 overhead rows ('' for none)")
-    parser.add_argument("--mixed-batch-size", type=int, default=None,
-                        help="batch of the R5 rows (default: the largest of --mixed-experts, at least --batch-size)")
-    parser.add_argument("--k", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds after one warm-up round")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--bf16", action="store_true", help="run the models under torch.autocast(bfloat16)")
-    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
-    parser.add_argument("--loader-workers", default="0,2",
-                        help="comma-separated DataLoader worker counts for the loader rows ('' for none)")
-    parser.add_argument("--loader-batches", type=int, default=8,
-                        help="batches (of --batch-size) per timed loader epoch")
-    parser.add_argument("--memory-experiences", default="1,10,50",
-                        help="comma-separated numbers of experiences learned for the memory rows ('' for none)")
-    parser.add_argument("--memory-model", default="vit_small_patch16_224",
-                        help="timm model name of the memory rows (random weights)")
-    parser.add_argument("--only", choices=("memory", "kernels"), default=None,
-                        help="'memory': only the memory rows; 'kernels': only the two mixed-expert kernels side by "
-                             "side (R3, R4, expert-pass overhead, operators per forward); their section replaced in "
-                             "--out (the rest kept)")
-    parser.add_argument("--out", type=Path, default=RESULTS / "perf.md")
-    return parser, parser.parse_args()
-
-
-def memory_rows(parser: argparse.ArgumentParser, args: argparse.Namespace, counts: list[int],
-                device: torch.device, precision: Callable[[], AbstractContextManager]) -> str:
-    """The memory-growth section on ``--memory-model``: every method through ``max(counts)`` experiences."""
-    def make_vit() -> nn.Module:
-        torch.manual_seed(0)  # every method on the same backbone, whichever methods ran before
-        return timm.create_model(args.memory_model, pretrained=False, num_classes=0)
-
-    vit = make_vit()
-    x = torch.randn(args.batch_size, 3, *vit.patch_embed.img_size, generator=torch.Generator().manual_seed(0))
-    measurements = []
-    for name, make_learner in learners(make_vit, args.rank, args.k, CLASSES, device).items():
-        start = time.perf_counter()
-        measurements += measure_growth(make_learner(), counts, x.to(device), device, precision)
-        print(f"[perf] memory rows: {name}, {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
-    setting = (f"{args.memory_model} (random weights), batch {args.batch_size}, {CLASSES} new classes per experience; "
-               f"{settings(args.rank, args.k)}; device {device.type} ({machine(device)}); "
-               f"{'bf16 autocast' if args.bf16 else 'float32'}; torch {torch.__version__}")
-    weights = sum(t.nbytes for t in vit.state_dict().values())
-    return "\n".join(section(measurements, command_line(parser, args), setting, device, weights))
+from benchmarks.perf.memory_section import memory_rows
+from benchmarks.perf.ratios import ratio_rows
+from benchmarks.perf.report import command_line, machine, plural, replace_section
+from benchmarks.perf.sizes import CLASSES, PHOTOS, ROUTER_WIDTH
+from benchmarks.perf.timing import Variant, interleaved, seconds
+from benchmarks.perf.workloads import (JPEGDataset, build_color, build_lora_sum, fitted_class_routers, jpeg_photos,
+                                       load_epoch, paper_train_transform, peft_adapters, training_loader)
 
 
 def main() -> None:
@@ -291,69 +180,7 @@ def main() -> None:
 
     # Ratios, each computed within a round.
     e, m = args.experts, mixed_batch
-    routed_mixed, expert_mixed = f"routed inference, {e} experts mixed", f"expert pass, {e} experts mixed"
-    ratio = partial(per_round, rounds)
-    rows = [
-        ("R1", "CoLoR training step / frozen-backbone forward",
-         ratio(lambda t: t["CoLoR training step"] / t["frozen-backbone forward"]), "about 2.0", "<= 2.3"),
-        ("R2", "CoLoR training step / full fine-tuning step",
-         ratio(lambda t: t["CoLoR training step"] / t["full fine-tuning step"]), "", ""),
-        ("R2 memory", "CoLoR / full fine-tuning training memory (one measurement)",
-         Spread([memory["CoLoR"] / memory["full fine-tuning"]]), "", "<= 0.6"),
-        ("R3", f"routed inference throughput / plain forward throughput, {e} experts mixed",
-         ratio(lambda t: t["plain forward"] / t[routed_mixed]), "0.5", ">= 0.45"),
-        ("R4", f"routed inference, {e} experts mixed / 1 expert (time)",
-         ratio(lambda t: t[routed_mixed] / t["routed inference, 1 expert"]), "1.0", "<= 1.15"),
-        ("R4 expert pass", f"expert pass, {e} experts mixed / 1 expert (time)",
-         ratio(lambda t: t[expert_mixed] / t["expert pass, 1 expert"]), "1.0", ""),
-    ]
-    for name in ("SD-LoRA", "InfLoRA"):
-        rows += [
-            (f"{name} step", f"{name} training step / frozen-backbone forward ({e} experiences learned)",
-             ratio(lambda t, name=name: t[f"{name} training step"] / t["frozen-backbone forward"]), "", ""),
-            (f"{name} inference", f"{name} inference throughput / CoLoR routed inference throughput, {e} experts mixed",
-             ratio(lambda t, name=name: t[routed_mixed] / t[f"{name} inference"]), "about 2", ""),
-        ]
-    if mixed_counts and not peft_note:
-        ours = lambda n: f"expert pass, {n} {plural(n)} in batch {m}"  # noqa: E731
-        peft = lambda n: f"peft mixed-adapter pass, {n} {plural(n, 'adapter')} in batch {m}"  # noqa: E731
-        plain_m = f"plain forward, batch {m}"
-        if e in mixed_counts:
-            rows.append(("R5", f"our expert pass / peft mixed-adapter pass, {e} experts in batch {m} (time)",
-                         ratio(lambda t: t[ours(e)] / t[peft(e)]), "", ""))
-        for n in mixed_counts:
-            rows.append((f"R5 overhead, {n} {plural(n)}",
-                         f"(our expert pass - plain forward) / (peft's - plain forward), {n} in batch {m}",
-                         ratio(lambda t, n=n: (t[ours(n)] - t[plain_m]) / (t[peft(n)] - t[plain_m])), "", "<= 1.0"))
-    rows += [
-        ("routing", "nearest prototype / plain forward (time)",
-         ratio(lambda t: t["routing (nearest prototype)"] / t["plain forward"]), "", "< 0.01"),
-        ("k-means", "k-means fit on 1000 samples / forward of 1000 samples",
-         ratio(lambda t: t["k-means fit (1000 samples)"] / (t["plain forward"] * 1000 / args.batch_size)), "", "< 0.01"),
-    ]
-    for kind in CLASS_ROUTERS:
-        rows += [
-            (f"{kind} router", f"{kind} router ({args.experts} experts x {CLASSES} classes) / plain forward (time)",
-             ratio(lambda t, kind=kind: t[f"routing ({kind} router)"] / t["plain forward"]), "", "< 0.02"),
-            (f"{kind} router fit", f"{kind} router fit on 1000 samples / forward of 1000 samples",
-             ratio(lambda t, kind=kind: t[f"{kind} router fit (1000 samples)"] / (t["plain forward"] * 1000 / args.batch_size)),
-             "", "< 0.02"),
-        ]
-
-    step_rate = lambda t: args.batch_size / t["CoLoR training step"]  # noqa: E731
-    for workers in loader_workers:
-        loader_rate = lambda t, w=workers: len(photos) / t[f"loader epoch, {w} {plural(w, 'worker')}"]  # noqa: E731
-        rows += [
-            (f"loader, {workers} {plural(workers, 'worker')}",
-             f"loader images/s: {PHOTOS} JPEG photos {PHOTO_SIZE[0]}x{PHOTO_SIZE[1]} decoded, RandomResizedCrop("
-             f"{size[0]}), flip, normalise, batch {args.batch_size}", ratio(loader_rate), "", ""),
-            (f"loader / step, {workers} {plural(workers, 'worker')}",
-             "loader images/s / CoLoR training step images/s", ratio(lambda t, r=loader_rate: r(t) / step_rate(t)),
-             "", ">= 1"),
-        ]
-    if loader_workers:
-        rows.append(("training step", f"CoLoR training step images/s, batch {args.batch_size}",
-                     ratio(step_rate), "", ""))
+    rows = ratio_rows(rounds, args, memory, e, m, mixed_counts, peft_note, loader_workers, photos, size)
 
     rounds_label = f"median (min-max) of {args.rounds} {plural(args.rounds, 'round')}"
     lines = [f"`{command_line(parser, args)}`", "",

@@ -33,3 +33,7 @@ def replace_section(text: str, section: str) -> str:
     end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith(level)), len(lines))
     rest = lines[end:]
     return "\n".join(lines[:start] + section.rstrip("\n").splitlines() + ([""] + rest if rest else [])) + "\n"
+
+
+def plural(count: int, word: str = "expert") -> str:
+    return word if count == 1 else word + "s"

@@ -14,6 +14,8 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import v2
 
 from avalanche_color import ExpertViT
+from avalanche_color.routing.class_router import ClassRouter
+from benchmarks.perf.sizes import CLASS_ROUTERS, CLASSES, ROUTER_WIDTH
 
 
 def build_color(vit: nn.Module, experts: int, rank: int, classes: int, k: int, device: torch.device) -> ExpertViT:
@@ -122,3 +124,16 @@ def load_epoch(loader: DataLoader, device: torch.device) -> int:
     for batch, _ in loader:
         images += len(batch.to(device, non_blocking=True))
     return images
+
+
+def fitted_class_routers(num_features: int, experts: int, generator: torch.Generator) -> dict[str, ClassRouter]:
+    """The class-level routers fitted on ``experts`` experiences of random normalised features
+    (1000 samples, ``CLASSES`` classes each): timings depend on the sizes, not the values."""
+    routers = {kind: ClassRouter(kind, num_features, ROUTER_WIDTH) for kind in CLASS_ROUTERS}
+    for expert in range(experts):
+        features = torch.nn.functional.normalize(torch.randn(1000, num_features, generator=generator), dim=-1)
+        labels = torch.arange(1000) % CLASSES + expert * CLASSES
+        for router in routers.values():
+            router.fit(expert, features, labels)
+            router.finish(expert)
+    return routers
