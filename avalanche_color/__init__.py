@@ -18,7 +18,8 @@ Where each part of the method lives:
   checks, torchrun.
 * ``color/``: CoLoR itself: :class:`ExpertViT`, :class:`CoLoR`, :class:`LoRAExpertsPlugin`.
 * ``peers/``: the prompt-based peers, S-Prompts and L2P, and the LoRA peers that adapt one shared
-  ViT and route nothing, SD-LoRA and InfLoRA.
+  ViT and route nothing, SD-LoRA, InfLoRA and LoRA subtraction, and CL-LoRA (shared and per-experience
+  adapters, class prototypes).
 * ``baselines/``: the comparison's baselines as strategies a script can use: RanPAC and NCM on the
   frozen backbone, Joint-LoRA, and the paper's "FT + class masking" (a plugin).
 * ``evaluation/``: the routing-accuracy metric and the W&B logger.
@@ -98,6 +99,9 @@ if TYPE_CHECKING:  # the public names (see _public_names), imported eagerly for 
     from avalanche_color.experts.routed_vit import RoutedExpertViT as RoutedExpertViT
     from avalanche_color.lora.qv_experts import QKVExperts as QKVExperts
     from avalanche_color.lora.qv_experts import QVLoRA as QVLoRA
+    from avalanche_color.peers.cl_lora.config import CLLoRAConfig as CLLoRAConfig
+    from avalanche_color.peers.cl_lora.model import CLLoRAViT as CLLoRAViT
+    from avalanche_color.peers.cl_lora.strategy import CLLoRA as CLLoRA
     from avalanche_color.peers.inf_lora.config import InfLoRAConfig as InfLoRAConfig
     from avalanche_color.peers.inf_lora.model import InfLoRAViT as InfLoRAViT
     from avalanche_color.peers.inf_lora.strategy import InfLoRA as InfLoRA
@@ -106,6 +110,9 @@ if TYPE_CHECKING:  # the public names (see _public_names), imported eagerly for 
     from avalanche_color.peers.l2p.model import L2PViT as L2PViT
     from avalanche_color.peers.l2p.prompt_pool import PromptPool as PromptPool
     from avalanche_color.peers.l2p.strategy import L2P as L2P
+    from avalanche_color.peers.lora_sub.config import LoRASubtractionConfig as LoRASubtractionConfig
+    from avalanche_color.peers.lora_sub.model import LoRASubtractionViT as LoRASubtractionViT
+    from avalanche_color.peers.lora_sub.strategy import LoRASubtraction as LoRASubtraction
     from avalanche_color.peers.s_prompts.config import PromptOptions as PromptOptions
     from avalanche_color.peers.s_prompts.config import SPromptsConfig as SPromptsConfig
     from avalanche_color.peers.s_prompts.model import PromptExpertViT as PromptExpertViT
@@ -119,13 +126,13 @@ if TYPE_CHECKING:  # the public names (see _public_names), imported eagerly for 
     from avalanche_color.routing.router import PrototypeRouter as PrototypeRouter
     from avalanche_color.training.checkpoint import CheckpointError as CheckpointError
     from avalanche_color.training.checkpoint import read_checkpoint as read_checkpoint
+    from avalanche_color.training.checkpoint_plugin import CheckpointPlugin as CheckpointPlugin
     from avalanche_color.training.cosine_schedule import PerExperienceCosine as PerExperienceCosine
     from avalanche_color.training.configured_strategy import ConfiguredStrategy as ConfiguredStrategy
     from avalanche_color.training.data_checks import DataChecksPlugin as DataChecksPlugin
     from avalanche_color.training.distributed import init_distributed as init_distributed
     from avalanche_color.training.loaders import data_loader as data_loader
     from avalanche_color.training.loaders import loader_options as loader_options
-    from avalanche_color.training.checkpoint_plugin import CheckpointPlugin as CheckpointPlugin
     from avalanche_color.training.resume import train_stream as train_stream
     from avalanche_color.training.router_fitting import RouterFitting as RouterFitting
     from avalanche_color.training.strategy_base import StrategyBase as StrategyBase

@@ -20,7 +20,8 @@ from avalanche.training.templates.base import PositionalArgumentsDeprecatedWarni
 from avalanche_color import (L2P, CoLoR, CoLoRConfig, InfLoRA, InfLoRAConfig, L2PConfig, L2PModelOptions,
                              LoRAExpertsPlugin, LoRAOptions, PromptOptions, PrototypeOptions, PrototypeRouterPlugin,
                              SDLoRA, SDLoRAConfig, SPrompts, SPromptsConfig)
-from avalanche_color import ConfiguredStrategy, DataChecksPlugin
+from avalanche_color import (CLLoRA, CLLoRAConfig, ConfiguredStrategy, DataChecksPlugin, LoRASubtraction,
+                             LoRASubtractionConfig)
 from avalanche_color import config as config_module
 from avalanche_color.config import LoaderOptions
 from avalanche_color.utils.options import Options
@@ -29,7 +30,8 @@ from streams import tiny_vit
 
 STRATEGIES = [(CoLoR, CoLoRConfig), (SPrompts, SPromptsConfig), (L2P, L2PConfig)]
 # Every strategy of the package, on the one base: the same call, model then config then every option.
-ALL_STRATEGIES = [*STRATEGIES, (SDLoRA, SDLoRAConfig), (InfLoRA, InfLoRAConfig)]
+ALL_STRATEGIES = [*STRATEGIES, (SDLoRA, SDLoRAConfig), (InfLoRA, InfLoRAConfig),
+                  (LoRASubtraction, LoRASubtractionConfig), (CLLoRA, CLLoRAConfig)]
 MODEL_OPTIONS = {CoLoR: LoRAOptions, SPrompts: PromptOptions, L2P: L2PModelOptions}
 AVALANCHE_KEYWORDS = ["criterion", "device", "plugins", "evaluator"]
 
@@ -111,7 +113,7 @@ def test_each_part_receives_its_own_group_of_options(strategy, config_class):
 
 # A setting each method's model owns, and another value for it.
 OWN_SETTING = {CoLoR: ("router_width", 64), SPrompts: ("router_width", 64), L2P: ("top_n", 1),
-               SDLoRA: ("rank", 3), InfLoRA: ("threshold", 0.5)}
+               SDLoRA: ("rank", 3), InfLoRA: ("threshold", 0.5), LoRASubtraction: ("rank", 3), CLLoRA: ("rank", 3)}
 
 
 @pytest.mark.parametrize("strategy, config_class", ALL_STRATEGIES)

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from avalanche_color.color.model import ExpertViT
 from avalanche_color.experts.backbone import check_vision_transformer
 from avalanche_color.training.cosine_schedule import PerExperienceCosine
-from avalanche_color.training.data_checks import check_training_experience
+from avalanche_color.training.data_scan import check_training_experience
 from avalanche_color.training.loaders import loader_options
 from avalanche_color.training.strategy_base import StrategyBase
 from avalanche_color.utils.checks import boolean, non_negative, positive, positive_int, require

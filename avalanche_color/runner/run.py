@@ -18,8 +18,9 @@ from avalanche.training.plugins import EvaluationPlugin
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.models.vision_transformer import VisionTransformer
 
-from avalanche_color import (L2P, InfLoRAViT, RoutedExpertViT, SDLoRAViT, TrainingProgress, backbone_data_config,
-                             experience_classes, routing_accuracy_metrics, train_stream, write_atomically)
+from avalanche_color import (L2P, CLLoRAViT, InfLoRAViT, LoRASubtractionViT, RoutedExpertViT, SDLoRAViT,
+                             TrainingProgress, backbone_data_config, experience_classes, routing_accuracy_metrics,
+                             train_stream, write_atomically)
 from avalanche_color.benchmarks.registry import BenchmarkSpec, StreamRequest, benchmark_spec
 from avalanche_color.runner.backbones import with_head
 from avalanche_color.runner.config import RunConfig
@@ -171,11 +172,12 @@ def trainable_parameters_per_experience(strategy: Any, first_experience: Optiona
     (L2P adds nothing per experience but head rows for new classes). The other methods: what
     they train: the whole model for the fine-tuning baselines, nothing for NCM (0), and for the
     joint bounds what their one training on all experiences trains (Joint-LoRA: one expert
-    whose head covers every class). SD-LoRA and InfLoRA: what the first experience trains (its
-    LoRA component, SD-LoRA's magnitude, the head rows of its classes), as their papers count.
+    whose head covers every class). SD-LoRA, InfLoRA, LoRA-Sub and CL-LoRA: what the first experience
+    trains (its LoRA component, SD-LoRA's magnitude, the head rows of its classes; CL-LoRA's shared and
+    task-specific adapters, block weights and proxy head), as their papers count.
     """
     model = strategy.model
-    if isinstance(model, (SDLoRAViT, InfLoRAViT)):  # the first experience's component, with its head rows
+    if isinstance(model, (SDLoRAViT, InfLoRAViT, LoRASubtractionViT, CLLoRAViT)):  # the first experience's
         if first_experience is None:
             raise ValueError(f"first_experience is needed to count what {type(strategy).__name__}'s first experience "
                              f"trains (its head rows are its classes'), got None")

@@ -1,4 +1,5 @@
-"""The LoRA continual learners that came after CoLoR and route nothing: SD-LoRA and InfLoRA.
+"""The LoRA continual learners that came after CoLoR and route nothing: SD-LoRA, InfLoRA, LoRA subtraction
+and CL-LoRA.
 
 Each adapts one shared sum of LoRA components on the frozen ViT, at the runner's ``--rank`` (as
 CoLoR, so the comparison is at equal rank; both papers use 10), with one classifier over every
@@ -8,6 +9,12 @@ cosine schedule; its code's lr (5e-4 over 20 epochs) underfits the runner's budg
 epochs, so it runs at 5e-3, one value for every benchmark (chosen on the class-incremental digits
 stream, where 5e-4 reached 0.48 and 5e-3 0.74 average accuracy after 2 epochs). Its protected
 subspace's threshold rises from 0.95 to 1.0 over the stream's experiences, as in its code.
+
+LoRA subtraction (LoRA-Sub) keeps its code's projected Adam (lr 5e-4 for the LoRA weights, 2e-3 for
+its training head) and per-epoch cosine, and predicts by the nearest class mean; under ``--tune lr`` the
+LoRA weights' rate is tuned, the head's stays its code's. CL-LoRA keeps its code's SGD (lr 0.03, momentum
+0.9, weight decay 1e-4) with a per-epoch cosine and its two steps per batch; it trains in one process
+(not under torchrun).
 
 With ``--preset paper`` (the CoLoR paper's budget: rank, batch, epochs per benchmark, shared by every
 method) each keeps its own code's optimiser settings, the strategies' defaults: SD-LoRA SGD lr 0.008
@@ -49,10 +56,34 @@ def _build_inf_lora(run: MethodRun, options: dict[str, Any]):
     return InfLoRA(model=run.backbone(0), **options, **run.strategy_options)
 
 
+def _lora_sub_options(run: MethodRun) -> dict[str, Any]:
+    return dict(rank=run.rank, **run.weight_decay, **run.precision)
+
+
+def _build_lora_sub(run: MethodRun, options: dict[str, Any]):
+    from avalanche_color import LoRASubtraction
+
+    return LoRASubtraction(model=run.backbone(0), **options, **run.strategy_options)
+
+
+def _cl_lora_options(run: MethodRun) -> dict[str, Any]:
+    return dict(rank=run.rank, **run.weight_decay, **run.precision)
+
+
+def _build_cl_lora(run: MethodRun, options: dict[str, Any]):
+    from avalanche_color import CLLoRA
+
+    return CLLoRA(model=run.backbone(0), **options, **run.strategy_options)
+
+
 METHODS = (
     Method("SD-LoRA", _sd_lora_options, _build_sd_lora, lora=True, frozen_backbone=True, distributed=True,
            checkpoint=True, lr_chosen_by="its authors' code (SD-Lora-CL exps/sdlora_c100.json: SGD 0.008, constant)"),
     Method("InfLoRA", _inf_lora_options, _build_inf_lora, lora=True, frozen_backbone=True, distributed=True,
            checkpoint=True, lr_chosen_by="by hand on digits_class at 2 epochs (5e-3; the code's 5e-4 underfits "
                                          "short budgets); --preset paper: its code's 5e-4"),
+    Method("LoRA-Sub", _lora_sub_options, _build_lora_sub, lora=True, frozen_backbone=True, checkpoint=True,
+           lr_chosen_by="its authors' code (LoRA-Sub-DRS configs/cifar100.json: projected Adam 5e-4, head 2e-3)"),
+    Method("CL-LoRA", _cl_lora_options, _build_cl_lora, lora=True, frozen_backbone=True, checkpoint=True,
+           lr_chosen_by="its authors' code (CL-LoRA exps/cifar.json: SGD 0.03, per-epoch cosine)"),
 )

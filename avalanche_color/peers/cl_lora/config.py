@@ -1,0 +1,51 @@
+"""CL-LoRA's options, declared and checked once (:class:`CLLoRAConfig`).
+
+Defaults are the authors' Split CIFAR-100 run (JiangpengHe/CL-LoRA at df4e74e, ``exps/cifar.json`` with
+``models/cllora.py``): rank 8 (``ffn_num``), SGD with momentum 0.9 at lr 0.03 and weight decay 1e-4,
+batch 64, 30 epochs, ``CosineAnnealingLR`` to 0 stepped per epoch; the distillation weight 5 and
+temperature 2 and the orthogonality weight 1e-4 are written in ``_init_train``. The first half of
+the blocks hold the task-shared adapters (``general_pos``), the rest the task-specific ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from avalanche_color.config import LoaderOptions, TrainingOptions, option
+from avalanche_color.utils.checks import integer, non_negative, non_negative_int, optional, positive, positive_int
+
+__all__ = ["CLLoRAConfig"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CLLoRAConfig(LoaderOptions, TrainingOptions):
+    """Every option of :class:`~avalanche_color.CLLoRA` (see its docstring for each one's meaning)."""
+
+    rank: int = option(8, positive_int, expert_setting=True)
+    shared_blocks: Optional[int] = option(None, optional(non_negative_int), expert_setting=True)
+    lr: float = option(0.03, positive)
+    momentum: float = option(0.9, non_negative)
+    weight_decay: float = option(1e-4, non_negative)
+    train_mb_size: int = option(64, positive_int)
+    train_epochs: int = option(30, positive_int)
+    kd_weight: float = option(5.0, non_negative)
+    kd_temperature: float = option(2.0, positive)
+    ortho_weight: float = option(1e-4, non_negative)
+    init_seed: int = option(0, integer)
+
+    def _check_together(self) -> None:
+        super()._check_together()
+        if self.precision == "16-mixed":
+            # Two optimiser steps per batch from gradients kept aside do not fit one gradient scaler's
+            # skip-and-rescale rule; bfloat16 needs no scaler.
+            raise ValueError("precision must be '32-true' or 'bf16-mixed' for CL-LoRA (its two SGD steps per "
+                             "batch are not implemented with float16's gradient scaler), got precision='16-mixed'")
+
+    def shared_count(self, depth: int) -> int:
+        """How many of ``depth`` blocks hold the task-shared adapters: ``shared_blocks``, else the first half."""
+        shared = depth // 2 if self.shared_blocks is None else self.shared_blocks
+        if shared >= depth:
+            raise ValueError(f"shared_blocks must leave at least one task-specific block of the ViT's {depth}, "
+                             f"got shared_blocks={shared}")
+        return shared

@@ -1,0 +1,200 @@
+"""LoRA subtraction as an Avalanche strategy (Liu & Chang, "LoRA Subtraction for Drift-Resistant Space in
+Exemplar-Free Continual Learning", CVPR 2025; code scarlet0703/LoRA-Sub-DRS at 836ad29).
+
+The model and each choice with its source: :mod:`avalanche_color.peers.lora_sub.model`. Training, from
+``methods/lorasub_drs.py``: before every experience but the first, one pass over its training data
+(no gradients) through the subtracted network measures each block's input covariance, whose
+principal subspace (:mod:`~avalanche_color.peers.lora_sub.projection`) confines the new component's
+Adam updates (:mod:`~avalanche_color.peers.lora_sub.projected_adam`); the loss is the cross-entropy
+over the experience's classes plus the augmented triplet loss against the stored prototypes
+(:mod:`~avalanche_color.peers.lora_sub.triplet_loss`); after it, each of its classes gets its mean
+feature (eval transforms) as a prototype, and evaluation is by the nearest prototype.
+Our choices: the passes run over the experience's whole data on every rank under torchrun and
+leave the random generators as they were; the covariance is summed in float64.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, ClassVar, Optional, Sequence, Union
+
+import torch
+from avalanche.core import BasePlugin
+from avalanche.training.plugins import EvaluationPlugin
+from avalanche.training.plugins.evaluation import default_evaluator
+from torch import Tensor, nn
+
+from avalanche_color.config import Precision
+from avalanche_color.peers.lora_sub.config import LoRASubtractionConfig, SameClassPrototypes, Schedule
+from avalanche_color.peers.lora_sub.model import LoRASubtractionViT
+from avalanche_color.peers.lora_sub.passes import experience_class_means, subtracted_covariances
+from avalanche_color.peers.lora_sub.projected_adam import ProjectedAdam
+from avalanche_color.peers.lora_sub.projection import principal_projection
+from avalanche_color.peers.lora_sub.triplet_loss import augmented_triplet_loss
+from avalanche_color.peers.lora_sum.strategy import LoRASumTemplate
+
+
+class LoRASubtraction(LoRASumTemplate):
+    """LoRA subtraction (drift-resistant space) on any timm ViT: each experience's LoRA learns in the
+    principal input subspace of the network without the earlier LoRAs; prediction by class means.
+
+    ``W = W0 + sum_{i<=t} B_i A_i`` on the key and value projections of every block. Before experience
+    t > 0, its inputs through ``W0 - sum_{i<t} B_i A_i`` give each block's ``P``, and every Adam update of
+    ``A_t`` and ``B_t`` is projected by it. Defaults: the authors' Split CIFAR-100 run.
+
+    Args:
+        model: a timm ``VisionTransformer`` (the strategy adapts a copy; the given ViT is unchanged),
+            or a :class:`LoRASubtractionViT` to continue from: its expert settings then apply, and one
+            given another value is refused.
+        config: all options as one :class:`LoRASubtractionConfig`; options given beside it with a value
+            other than their default replace its fields.
+        rank: rank of each experience's A and B, for k and for v (code: 10).
+        threshold: the fraction of the summed singular values of a block's input covariance that ``P``'s
+            directions reach (code: 0.99, hard-coded); 1.0: no projection, as the code does for 1.
+        margin: the triplet loss's margin (code: 1.0 on CIFAR-100, 2.0 on ImageNet-R).
+        triplet_weight: lambda, the triplet loss's weight beside the cross-entropy (code: 0.05 on
+            CIFAR-100, 0.2 on ImageNet-R).
+        same_class_prototypes: ``"include"``: every stored prototype is a negative of the triplet loss
+            (code); ``"exclude"``: not those of the anchor's own class (they exist on streams where a
+            class returns, one per experience that trained it).
+        lr: learning rate of the LoRA weights (code: 5e-4).
+        head_lr: learning rate of the training head (code: 2e-3 on CIFAR-100, 5e-4 on ImageNet-R).
+        weight_decay: L2 weight decay of both groups (code: none).
+        lr_schedule: ``"epoch_cosine"``: the code's per-epoch cosine, epoch e of E at
+            ``lr cos(99 pi e / (200 (E - 1)))``; ``"cosine"`` over each experience's steps to 0; or
+            ``"constant"``.
+        train_mb_size: training mini-batch size (code: 128).
+        train_epochs: epochs per experience (code: 20 on CIFAR-100).
+        eval_mb_size: evaluation mini-batch size, also of the covariance and prototype passes.
+        eval_every: Avalanche's periodic evaluation (-1: none).
+        precision: ``"32-true"`` (float32); ``"bf16-mixed"`` or ``"16-mixed"``: each forward and its loss
+            under bfloat16 or float16 autocast, the trained weights kept float32 (float16 with a gradient
+            scaler; see :mod:`avalanche_color.training.precision`). Give the ViT in float32.
+        check_data: scan each training experience for bad samples before training on it.
+        init_seed: seed of each new component's and head rows' random initialisation, drawn apart from
+            the global generators: a run under torchrun, a resumed run and a single process draw the same.
+        num_workers: DataLoader worker processes of every loader (0: in this process).
+        pin_memory: page-locked batches; None: when the device is CUDA.
+        persistent_workers: keep workers between epochs (needs ``num_workers`` >= 1).
+        criterion: the cross-entropy part of the loss; a new ``CrossEntropyLoss`` by default.
+        device: where the model trains.
+        plugins: Avalanche plugins (replay, distillation, regularisation and LR scheduler plugins are
+            refused with the reason).
+        evaluator: Avalanche's evaluation plugin.
+        **kwargs: Avalanche's other ``SupervisedTemplate`` keywords (``peval_mode``, ...).
+    """
+
+    model: LoRASubtractionViT
+    config: LoRASubtractionConfig
+    config_class: ClassVar[type[LoRASubtractionConfig]] = LoRASubtractionConfig
+    model_class: ClassVar[type[LoRASubtractionViT]] = LoRASubtractionViT
+    model_config_class: ClassVar[type[LoRASubtractionConfig]] = LoRASubtractionConfig
+    optimizer_description = "the code's Adam, its updates projected, over the new component and the head"
+    optimizer_options = ("lr", "head_lr", "weight_decay", "lr_schedule")
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        config: Optional[LoRASubtractionConfig] = None,
+        rank: int = 10,
+        threshold: float = 0.99,
+        margin: float = 1.0,
+        triplet_weight: float = 0.05,
+        same_class_prototypes: SameClassPrototypes = "include",
+        lr: float = 5e-4,
+        head_lr: float = 2e-3,
+        weight_decay: float = 0.0,
+        lr_schedule: Schedule = "epoch_cosine",
+        train_mb_size: int = 128,
+        train_epochs: int = 20,
+        eval_mb_size: int = 128,
+        eval_every: int = -1,
+        precision: Precision = "32-true",
+        check_data: bool = True,
+        init_seed: int = 0,
+        num_workers: int = 0,
+        pin_memory: Optional[bool] = None,
+        persistent_workers: bool = False,
+        criterion: Optional[nn.Module] = None,
+        device: Union[str, torch.device] = "cpu",
+        plugins: Optional[Sequence[BasePlugin]] = None,
+        evaluator: Union[EvaluationPlugin, Callable[[], EvaluationPlugin]] = default_evaluator,
+        **kwargs: Any,
+    ) -> None:
+        # Every option above, by name: the fields of LoRASubtractionConfig (tests/test_signatures.py).
+        options = {name: value for name, value in locals().items() if name in LoRASubtractionConfig.names()}
+        # Per experience after the first that this strategy prepared (not one resumed mid-way): k of each block.
+        self.subspace_ranks: list[list[int]] = []
+        self.mb_features: Optional[Tensor] = None
+        super().__init__(model=model, config=config, options=options, criterion=criterion, device=device,
+                         plugins=plugins, evaluator=evaluator, template_options=kwargs)
+
+    # ------------------------------------------------------------------ per experience
+
+    def prepare_experience(self, **kwargs: Any) -> None:
+        """After the first experience: each block's ``P`` from the subtracted network's inputs. With
+        ``threshold=1.0`` nothing is projected, as in the code (which skips a threshold of 1)."""
+        if self.model.num_experts < 2 or self.config.threshold == 1.0:
+            self.model.set_projections([])
+            return
+        covariances = subtracted_covariances(self, **kwargs)
+        bad = [index for index, covariance in enumerate(covariances) if not bool(torch.isfinite(covariance).all())]
+        if bad:
+            raise FloatingPointError(
+                f"the inputs of the adapted layers {bad[:6]} became non-finite over experience "
+                f"{self.experience.current_experience}'s training data in the subtracted network (before "
+                f"iteration 0); stopped before any training step. Likely cause: pixels too large for the "
+                f"backbone (normalise the images) or bad data")
+        projections = [principal_projection(covariance, self.config.threshold) for covariance in covariances]
+        self.model.set_projections([projection for projection, _ in projections])
+        self.subspace_ranks.append([k for _, k in projections])
+
+    def make_optimizer(self, **kwargs: Any) -> None:
+        """The code's Adam over the current A and B (lr) and the head (head_lr); after the first experience
+        every update of A is projected as ``u P``, of B as ``P u``; the schedule as ``lr_schedule``."""
+        config, model = self.config, self.model
+        head = [model.head_weight, model.head_bias]
+        lora = [p for p in model.trainable_parameters() if all(p is not h for h in head)]
+        self.optimizer = ProjectedAdam([{"params": lora, "lr": config.lr}, {"params": head, "lr": config.head_lr}],
+                                       weight_decay=config.weight_decay)
+        training = model.training_component()
+        if len(model.projections) and training is not None:
+            for layer, projection in zip(model.layers, model.projections):
+                component = layer.components[training]
+                self.optimizer.project(component.A, projection, "right")
+                self.optimizer.project(component.B, projection, "left")
+        if config.lr_schedule == "cosine":
+            self.restart_cosine()
+        elif config.lr_schedule == "epoch_cosine":
+            self.restart_epoch_cosine()
+        else:
+            self.lr_scheduler = None
+
+    def conclude_component(self, **kwargs: Any) -> None:
+        """The experience's prototypes: each of its classes' mean feature (eval transforms) under the
+        trained network; its projections are no longer needed."""
+        classes, means = experience_class_means(self, **kwargs)
+        current = self.model.current_classes[classes.to(self.model.current_classes.device)]
+        self.model.add_prototypes(classes[current], means[current])
+        self.model.set_projections([])
+
+    # ------------------------------------------------------------------ per step
+
+    def forward(self) -> Tensor:
+        """Training: the head's logits (the feature kept for the triplet loss); evaluation: nearest mean."""
+        if not self.is_training:
+            return self.step_model()(self.mb_x)
+        logits, self.mb_features = self.step_model()(self.mb_x, with_features=True)
+        return logits
+
+    def criterion(self) -> Tensor:
+        """Training: the cross-entropy over the current classes plus ``triplet_weight`` times the augmented
+        triplet loss of the normalised features against the stored prototypes. Evaluation: over every class."""
+        loss = super().criterion()
+        if not self.is_training or self.mb_features is None:
+            return loss
+        features = self.mb_features.to(torch.promote_types(self.mb_features.dtype, torch.float32))
+        normalised = features / features.norm(dim=1, keepdim=True)
+        triplet = augmented_triplet_loss(normalised, self.mb_y, self.model.prototypes, self.model.prototype_classes,
+                                         self.config.margin, self.config.same_class_prototypes)
+        return loss + self.config.triplet_weight * triplet
