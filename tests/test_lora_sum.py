@@ -8,6 +8,7 @@ import torch
 
 import drop_in_cases
 from avalanche_color import InfLoRA, InfLoRAConfig, InfLoRAViT, SDLoRA, SDLoRAConfig, SDLoRAViT
+from avalanche_color.peers.lora_sum.layer import LoRASumQKV, Mixing
 from lora_sum_cases import (check_bad_options_are_refused, check_dtype, check_loader_options_reach_every_loader,
                             check_model_first_and_positional_warnings_as_avalanche,
                             check_online_stream_with_task_boundaries, check_pretrained_round_trip,
@@ -77,3 +78,22 @@ def test_loader_options_reach_every_loader(strategy, monkeypatch):
 @STRATEGIES
 def test_the_runner_reports_what_the_first_experience_trains(strategy):
     check_the_runner_reports_what_the_first_experience_trains(strategy)
+
+
+@pytest.mark.parametrize("low_rank", [(), (0, 1)])
+def test_a_float64_layer_adds_its_components_without_rounding_them_to_float32(low_rank):
+    # The coefficients are float32 (a half-precision norm overflows); a float64 B must not be cut to them.
+    torch.manual_seed(0)
+    layer = LoRASumQKV(torch.nn.Linear(6, 18).double(), ("k", "v"))
+    for _ in range(2):
+        component = layer.add_component(2)
+        with torch.no_grad():
+            component.B.normal_(generator=torch.Generator().manual_seed(len(layer.components)))
+            component.B.add_(1e-9)  # below float32's resolution at this scale
+    x = torch.randn(5, 6, dtype=torch.float64)
+    expected = layer.base_layer(x)
+    for index, part in enumerate((1, 2)):  # k and v
+        update = sum(x @ c.A[index].T @ c.B[index].T for c in layer.components)
+        expected[:, part * 6:(part + 1) * 6] += update
+    out = layer(x, Mixing(low_rank=frozenset(low_rank)))
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)

@@ -139,9 +139,14 @@ class LoRASumQKV(nn.Module):
         return torch.cat(pieces, dim=-1)
 
     def _scaled_up(self, coefficients: list[Tensor], components: list[int], index: int, dtype: torch.dtype) -> Tensor:
-        """(out, sum r_i): the components' B of part ``index``, each times its coefficient (in float32 or wider)."""
-        return torch.cat([(coefficients[i] * self.components[i].B[index].to(coefficients[i].dtype)).to(dtype)
-                          for i in components], dim=1)
+        """(out, sum r_i): the components' B of part ``index``, each times its coefficient (in float32 or wider,
+        and never narrower than B: a float64 B is not rounded to a float32 coefficient's precision)."""
+        scaled = []
+        for i in components:
+            B = self.components[i].B[index]
+            wide = torch.promote_types(coefficients[i].dtype, B.dtype)
+            scaled.append((coefficients[i].to(wide) * B.to(wide)).to(dtype))
+        return torch.cat(scaled, dim=1)
 
     def delta_weight(self, component: int, mixing: Optional[Mixing] = None) -> Tensor:
         """(2, out, in): one component's weighted update of the two adapted parts (for tests and analysis)."""
