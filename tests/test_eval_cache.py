@@ -24,9 +24,9 @@ def test_image_keys_follow_content():
 @pytest.mark.parametrize("routing", ["backbone", "first_expert"])
 def test_cached_evaluation_equals_uncached_after_every_experience(routing, keys, monkeypatch):
     if keys == "device digests":  # the keys an accelerator uses, here on the CPU
-        from avalanche_color.experts import routed_vit
+        from avalanche_color.experts import expert_routing
         from avalanche_color.routing.eval_cache import device_digests
-        monkeypatch.setattr(routed_vit, "image_keys", lambda x: [r.tobytes() for r in device_digests(x).numpy()])
+        monkeypatch.setattr(expert_routing, "image_keys", lambda x: [r.tobytes() for r in device_digests(x).numpy()])
     benchmark = class_stream(num_experiences=3)
     cached = tiny_color(routing_features=routing, train_epochs=2, cache_evaluation=True)
     plain = tiny_color(routing_features=routing, train_epochs=2)

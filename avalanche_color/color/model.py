@@ -17,7 +17,7 @@ from avalanche_color.color.config import LoRAOptions
 from avalanche_color.experts.backbone import backbone_images, check_vision_transformer
 from avalanche_color.experts.routed_vit import RoutedExpertViT
 from avalanche_color.lora.blocks import expert_tokens
-from avalanche_color.lora.qv_experts import QKVExperts
+from avalanche_color.lora.qv_experts import QKVExperts, QVExpertKind
 from avalanche_color.lora.segments import ExpertSelection
 
 
@@ -26,7 +26,8 @@ class ExpertViT(RoutedExpertViT):
 
     Experts, heads, routing and outputs are those of :class:`RoutedExpertViT`; an
     expert here is one :class:`~avalanche_color.lora.qv_experts.QVLoRA` per block (the
-    slots are the blocks' ``attn.qkv.experts`` lists).
+    slots are the blocks' ``attn.qkv.experts`` lists; :class:`~avalanche_color.lora.qv_experts.QVExpertKind`
+    makes them).
 
     Args:
         vit: a timm ``VisionTransformer`` without LoRA experts; it is adapted in place and
@@ -47,8 +48,9 @@ class ExpertViT(RoutedExpertViT):
         layers = [QKVExperts(block.attn.qkv) for block in vit.blocks]
         for block, layer in zip(vit.blocks, layers):
             block.attn.qkv = layer
-        # The backbone's own state is recorded with its layers in place.
-        super().__init__(vit, config, [layer.experts for layer in layers])
+        # The backbone's own state is recorded with its layers in place; rank and alpha go down to the
+        # layers once, with the kind of expert the model makes.
+        super().__init__(vit, config, QVExpertKind(layers, config.rank, config.scaling_alpha))
         self.qkv_layers: list[QKVExperts] = layers
 
     @property
@@ -60,10 +62,6 @@ class ExpertViT(RoutedExpertViT):
         return self.config.scaling_alpha
 
     # ------------------------------------------------------------------ LoRA experts (one QVLoRA per block)
-
-    def new_expert_modules(self) -> list[nn.Module]:
-        """One new :class:`QVLoRA` per block (B = 0: the new expert computes the backbone exactly)."""
-        return [layer.new_expert(self.rank, self.alpha) for layer in self.qkv_layers]
 
     def features(self, x: Tensor, experts: ExpertSelection = None, trained: Optional[int] = None) -> Tensor:
         """The pooled ([CLS]) features after the final norm, shape (batch, num_features).

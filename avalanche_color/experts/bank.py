@@ -15,12 +15,23 @@ back to decide anything (a user's ``model.requires_grad_(True)`` changes no comp
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Optional
+from typing import Optional, Protocol
 
 import torch
 from torch import Tensor, nn
 
 from avalanche_color.experts.heads import ExpertHead
+
+
+class ExpertKind(Protocol):
+    """What an expert is, for a routed model: the slots its modules go in (one module per slot) and how
+    a new one is made, with the expert's settings (CoLoR's rank, S-Prompts' prompt length) held here."""
+
+    slots: Sequence[nn.ModuleList]
+
+    def new_expert_modules(self) -> list[nn.Module]:
+        """The modules of one new expert, one per slot, on the slots' device, not yet added."""
+        ...
 
 
 class ExpertBank(nn.Module):

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from avalanche_color.config import RoutingOptions
 from avalanche_color.experts.adaptation import adapt_to_experience
 from avalanche_color.experts.backbone import backbone_dtype, check_vision_transformer
-from avalanche_color.experts.bank import ExpertBank
+from avalanche_color.experts.bank import ExpertBank, ExpertKind
 from avalanche_color.experts.expert_routing import ExpertRouting
 from avalanche_color.experts.heads import ExpertHead, check_classes
 from avalanche_color.experts.prediction import MixedKernel, check_experts, predict
@@ -48,13 +48,15 @@ class RoutedExpertViT(ExpertRouting, MultiTaskModule):
       is finished: call ``model.eval()``);
     * eval mode: each sample's routed expert, kept in :attr:`routed_experts`.
 
-    Subclasses implement :meth:`new_expert_modules` and :meth:`features`, give their slots to ``__init__``,
-    and set ``options_class`` and ``expert_shape_options`` (the options that decide the experts' shapes).
+    Subclasses give ``__init__`` their :class:`~avalanche_color.experts.bank.ExpertKind` (the slots and
+    how a new expert is made), implement :meth:`features`, and set ``options_class`` and
+    ``expert_shape_options`` (the options that decide the experts' shapes).
 
     Args:
         vit: a timm ``VisionTransformer``; it is frozen (and may be adapted in place).
         config: the model's options (:class:`~avalanche_color.config.RoutingOptions` or a subclass).
-        slots: the lists to which every expert adds one module (see :class:`ExpertBank`).
+        kind: the slots to which every expert adds one module (see :class:`ExpertBank`), and how a new
+            expert's modules are made.
     """
 
     options_class: ClassVar[type[RoutingOptions]] = RoutingOptions
@@ -69,14 +71,15 @@ class RoutedExpertViT(ExpertRouting, MultiTaskModule):
     """The experts the last eval-mode forward routed its batch to (all ranks' under torchrun, see
     :func:`~avalanche_color.training.distributed.gather_eval_batch`); None after any other forward."""
 
-    def __init__(self, vit: nn.Module, config: RoutingOptions, slots: Sequence[nn.ModuleList]) -> None:
+    def __init__(self, vit: nn.Module, config: RoutingOptions, kind: ExpertKind) -> None:
         super().__init__()
         check_vision_transformer(vit)
         self.config = config
         self.backbone = vit.requires_grad_(False).eval()
         # What the backbone owns, recorded once, before any expert exists: never saved with the experts.
         self.backbone_keys = frozenset(self.backbone.state_dict(prefix="backbone."))
-        self.bank = ExpertBank(slots)
+        self.expert_kind = kind
+        self.bank = ExpertBank(kind.slots)
         self._head_classes = (0, 0)  # no head yet: known without a read
         self.router = make_router(config, self.num_features)
         self.eval_cache: Optional[EvalCache] = (EvalCache(config.cache_evaluation_bytes) if config.cache_evaluation
@@ -85,8 +88,8 @@ class RoutedExpertViT(ExpertRouting, MultiTaskModule):
         self.register_load_state_dict_post_hook(RoutedExpertViT._after_loading)
 
     def new_expert_modules(self) -> list[nn.Module]:
-        """The modules of one new expert, one per slot, on the model's device, not yet added."""
-        raise NotImplementedError
+        """The modules of one new expert, one per slot, not yet added (made by the model's expert kind)."""
+        return self.expert_kind.new_expert_modules()
 
     def features(self, x: Tensor, experts: ExpertSelection = None, trained: Optional[int] = None) -> Tensor:
         """The pooled features (batch, num_features) with ``experts``: None, one index, or ``Segments``

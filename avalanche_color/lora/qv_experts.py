@@ -29,6 +29,7 @@ number of experts, its shapes are fixed and it needs no host sync (for GPUs, CUD
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Optional
 
 import torch
@@ -210,3 +211,18 @@ def _padded_down(expert: QVLoRA, rank: int) -> Tensor:
 def _padded_up(expert: QVLoRA, rank: int) -> Tensor:
     """(2, rank, d): ``scaling * B^T`` of q and of v, each zero-padded to ``rank`` rows."""
     return pad_dim(expert.B.transpose(1, 2) * expert.scaling, 1, rank)
+
+
+class QVExpertKind:
+    """CoLoR's expert kind for a routed model: one :class:`QVLoRA` of rank ``rank`` (scaling
+    ``alpha / rank``) in every given :class:`QKVExperts` layer, whose ``experts`` lists are the slots."""
+
+    def __init__(self, layers: Sequence[QKVExperts], rank: int, alpha: float) -> None:
+        self.layers = list(layers)
+        self.rank = rank
+        self.alpha = alpha
+        self.slots = [layer.experts for layer in self.layers]
+
+    def new_expert_modules(self) -> list[nn.Module]:
+        """One new :class:`QVLoRA` per layer (B = 0: the new expert computes the backbone exactly)."""
+        return [layer.new_expert(self.rank, self.alpha) for layer in self.layers]

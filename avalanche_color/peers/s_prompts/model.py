@@ -47,16 +47,14 @@ class PromptExpertViT(RoutedExpertViT):
     expert_shape_options = ("prompt_length",)
 
     def __init__(self, vit: nn.Module, config: Optional[PromptOptions] = None, /, **options: Any) -> None:
-        prompts = nn.ModuleList()
-        super().__init__(vit, PromptOptions.build(config, **options), [prompts])
-        self.prompts = prompts  # the experts' slot
+        config = PromptOptions.build(config, **options)
+        kind = PromptExpertKind(vit, config.prompt_length)
+        super().__init__(vit, config, kind)
+        self.prompts = kind.prompts  # the experts' slot
 
     @property
     def prompt_length(self) -> int:
         return self.config.prompt_length
-
-    def new_expert_modules(self) -> list[nn.Module]:
-        return [PromptTokens(self.prompt_length, prompt_width(self.backbone)).to(self.device)]
 
     def features(self, x: Tensor, experts: ExpertSelection = None, trained: Optional[int] = None) -> Tensor:
         """The pooled ([CLS]) features after the final norm with the experts' prompts (every expert's
@@ -80,3 +78,16 @@ def _bounded(segments: Segments, batch_size: int) -> Segments:
     """Segments with explicit bounds (a run may be ``slice(None)`` for the whole batch)."""
     return [(expert, slice(*run.indices(batch_size)[:2])) for expert, run in segments]
 
+
+class PromptExpertKind:
+    """S-Prompts' expert kind: ``length`` prompt tokens as wide as the ViT's, in one slot."""
+
+    def __init__(self, vit: nn.Module, length: int) -> None:
+        self.vit = vit
+        self.length = length
+        self.prompts = nn.ModuleList()
+        self.slots = [self.prompts]
+
+    def new_expert_modules(self) -> list[nn.Module]:
+        device = self.vit.patch_embed.proj.weight.device  # where the model is now
+        return [PromptTokens(self.length, prompt_width(self.vit)).to(device)]
