@@ -11,7 +11,8 @@ import torch
 from avalanche.core import SupervisedPlugin
 
 from avalanche_color import InfLoRA, InfLoRAConfig, InfLoRAViT
-from avalanche_color.peers.inf_lora.subspace import ProtectedSubspace, input_covariances
+from avalanche_color.peers.inf_lora.subspace import ProtectedSubspace
+from avalanche_color.peers.lora_sum.covariances import input_covariances
 from lora_sum_cases import tiny, trained_counts
 from drop_in_cases import tiny_vit
 from streams import class_stream

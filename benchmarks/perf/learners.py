@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from avalanche_color import (ExpertViT, InfLoRAConfig, InfLoRAViT, L2PModelOptions, L2PViT, PromptExpertViT,
                              PromptOptions, RoutedExpertViT, SDLoRAConfig, SDLoRAViT)
-from avalanche_color.peers.inf_lora.subspace import input_covariances
+from avalanche_color.peers.lora_sum.covariances import input_covariances
 from avalanche_color.peers.lora_sum.layer import Mixing
 from avalanche_color.peers.lora_sum.model import LoRASumViT
 

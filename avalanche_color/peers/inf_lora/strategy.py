@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from avalanche_color.config import Precision
 from avalanche_color.peers.inf_lora.config import InfLoRAConfig, Optimizer, Schedule
 from avalanche_color.peers.inf_lora.model import InfLoRAViT
-from avalanche_color.peers.inf_lora.subspace import input_covariances
+from avalanche_color.peers.lora_sum.covariances import input_covariances
 from avalanche_color.peers.lora_sum.strategy import LoRASumTemplate
 from avalanche_color.training.loaders import data_loader, loader_options
 from avalanche_color.utils.experiences import origin_experience

@@ -2,8 +2,9 @@
 
 For every LoRA'd layer (each block's qkv, whose input is the block's normed tokens):
 
-* :func:`input_covariances`: the input representation matrix ``R = mean over tokens of x x^T``
-  (d x d) of one experience's training data (``cur_matrix`` in the code's ``Attention_LoRA``).
+* :func:`~avalanche_color.peers.lora_sum.covariances.input_covariances`: the input representation
+  matrix ``R = mean over tokens of x x^T`` (d x d) of one experience's training data (``cur_matrix``
+  in the code's ``Attention_LoRA``).
 * :meth:`ProtectedSubspace.update`, after each task: the bases of DualGPM, which InfLoRA uses
   (GPM's bases kept as in the DualGPM paper; code ``update_DualGPM`` in ``methods/inflora.py``).
   The first task keeps the top singular vectors of ``R`` whose cumulative squared singular values
@@ -27,8 +28,6 @@ switch to the complement as after every later task applies.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 
 import torch
 from torch import Tensor, nn
@@ -142,32 +141,3 @@ def _left_singular_vectors(matrix: Tensor, full: bool = False) -> Tensor:
     U = torch.linalg.svd(matrix, full_matrices=full)[0]
     largest = U.gather(0, U.abs().argmax(dim=0, keepdim=True))
     return U * torch.where(largest < 0, -1.0, 1.0).to(U)
-
-
-class CovarianceSum:
-    """Running ``sum x x^T`` (float64) and token count of one layer's inputs."""
-
-    def __init__(self, width: int, device: torch.device) -> None:
-        self.sum = torch.zeros(width, width, dtype=torch.float64, device=device)
-        self.count = 0
-
-    def add(self, x: Tensor) -> None:
-        tokens = x.detach().reshape(-1, x.shape[-1]).to(torch.float64)
-        self.sum += tokens.T @ tokens
-        self.count += tokens.shape[0]
-
-    def mean(self) -> Tensor:
-        return self.sum / max(self.count, 1)
-
-
-@contextmanager
-def input_covariances(layers: Sequence[nn.Module]) -> Iterator[list[CovarianceSum]]:
-    """While open, every forward adds each layer's inputs to that layer's :class:`CovarianceSum`."""
-    sums = [CovarianceSum(layer.in_features, layer.base_layer.weight.device) for layer in layers]
-    handles = [layer.register_forward_pre_hook(lambda _, args, s=s: s.add(args[0]))
-               for layer, s in zip(layers, sums)]
-    try:
-        yield sums
-    finally:
-        for handle in handles:
-            handle.remove()

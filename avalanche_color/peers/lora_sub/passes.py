@@ -17,7 +17,7 @@ import torch
 from avalanche.benchmarks.utils.data_loader import collate_from_data_or_kwargs
 from torch import Tensor, nn
 
-from avalanche_color.peers.inf_lora.subspace import input_covariances
+from avalanche_color.peers.lora_sum.covariances import input_covariances
 from avalanche_color.peers.lora_sub.prototypes import class_means
 from avalanche_color.training.loaders import data_loader, loader_options
 from avalanche_color.utils.experiences import origin_experience
