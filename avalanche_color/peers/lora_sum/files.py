@@ -1,4 +1,5 @@
-"""A trained SD-LoRA or InfLoRA model as a folder: ``weights.safetensors`` plus ``config.json``.
+"""A trained LoRA-peer model (SD-LoRA, InfLoRA, LoRA subtraction, CL-LoRA) as a folder: ``weights.safetensors``
+plus ``config.json``.
 
 The folder holds the model's :meth:`~LoRASumViT.experts_state_dict` (components, magnitudes or
 protected subspaces, head, class masks), never the backbone; ``config.json`` names the model
@@ -25,7 +26,7 @@ from avalanche_color.version import __version__
 FORMAT = "avalanche_color.lora_sum"
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "weights.safetensors"
-# An SD-LoRA or InfLoRA model (model.LoRASumViT); named here only through what it has, so that this
+# A LoRA-peer model (a LoRASumViT, or CL-LoRA's model); named here only through what it has, so that this
 # module, which the model's save and load methods call, never imports the model.
 Model = TypeVar("Model", bound=nn.Module)
 
@@ -43,7 +44,7 @@ def load_folder(model_class: type[Model], folder: PathLike, backbone: nn.Module)
     """A ``model_class`` on a copy of ``backbone`` with the state saved in ``folder``, in eval mode."""
     folder = Path(folder)
     saved = read_saved_folder(folder, tensors_file=WEIGHTS_FILE, config_file=CONFIG_FILE, form=FORMAT,
-                              what="a saved SD-LoRA or InfLoRA model",
+                              what="a saved SD-LoRA, InfLoRA, LoRA subtraction or CL-LoRA model",
                               keys=("model", "options", "backbone", "max_class_label", "files"))
     data = read_verified(folder, WEIGHTS_FILE, saved["files"])
     check_config_unchanged(folder, CONFIG_FILE, saved, WEIGHTS_FILE, data)  # before any option is used
