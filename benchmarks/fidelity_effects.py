@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from avalanche.training.determinism.rng_manager import RNGManager
 
-from avalanche_color import L2P, InfLoRA, LoRASubtraction, SDLoRA, SPrompts, train_stream
+from avalanche_color import L2P, CLLoRA, InfLoRA, LoRASubtraction, SDLoRA, SPrompts, train_stream
 from avalanche_color.benchmarks.registry import benchmark_spec
 from avalanche_color.runner.backbones import load_backbone, with_head
 from avalanche_color.runner.config import RunConfig
@@ -64,8 +64,15 @@ VARIANTS: dict[str, tuple[type, dict[str, dict[str, Any]]]] = {
         "no projection (threshold 1.0)": dict(threshold=1.0),
         "no triplet loss": dict(triplet_weight=0.0),
     }),
+    "CL-LoRA": (CLLoRA, {
+        "as its code (default)": {},
+        "no distillation of the shared adapters": dict(kd_weight=0.0),
+        "no orthogonality of the block weights": dict(ortho_weight=0.0),
+        "no shared adapters (every block per experience)": dict(shared_blocks=0),
+    }),
 }
 SHARED = {"SD-LoRA": lambda config: {}, "InfLoRA": lambda config: dict(lr=5e-3), "LoRA-Sub": lambda config: {},
+          "CL-LoRA": lambda config: {},
           "S-Prompts": lambda config: dict(lr=config.color_lr, prompt_length=10),
           "L2P": lambda config: dict(L2P_OPTIONS)}  # the runner's: pool 10, length 5, top_n 5, lr 0.03
 
@@ -75,7 +82,7 @@ def run_variant(strategy_class: type, options: dict[str, Any], config: RunConfig
     backbone = load_backbone(config.backbone or spec.backbone)
     benchmark = build_stream(spec, config, backbone, seed, task_labels=False)
     RNGManager.set_random_seeds(seed)
-    own = ({"rank": config.ranks[0]} if strategy_class in (SDLoRA, InfLoRA, LoRASubtraction) else
+    own = ({"rank": config.ranks[0]} if strategy_class in (SDLoRA, InfLoRA, LoRASubtraction, CLLoRA) else
            {} if strategy_class is L2P else {"k": (config.ks or (spec.k,))[0]})
     if strategy_class is InfLoRA:
         own["num_experiences"] = len(benchmark.train_stream)
