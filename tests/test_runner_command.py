@@ -47,7 +47,9 @@ def test_each_committed_command_gives_the_config_its_results_record(folder):
     results = json.loads((RESULTS / folder / "results.json").read_text())
     recorded = results["config"]
     words = shlex.split(recorded["command"])
-    flags = [word for word in words[words.index("--benchmark"):] if word != "--publish"]
+    # Every flag after the command's name, in the order it was called (--benchmark need not come first).
+    start = next(index for index, word in enumerate(words) if word in ("compare", "benchmarks.compare")) + 1
+    flags = [word for word in words[start:] if word != "--publish"]
     config = parsed(*flags)
     # --workers' default depends on the device (0 on the CPU): the results record the number used.
     device = results["device"].split(":")[0]  # the machine the table ran on: "cpu: AMD EPYC ..."
