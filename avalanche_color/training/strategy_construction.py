@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional, Protocol
 
 import torch
 from avalanche.training.templates import SupervisedTemplate
@@ -14,13 +14,27 @@ from torch import nn
 from avalanche_color.config import Options, RoutingOptions
 from avalanche_color.utils.deprecation import warn_deprecated
 
-if TYPE_CHECKING:
-    from avalanche_color.training.configured_strategy import ConfiguredStrategy
+
+class StrategyClass(Protocol):
+    """What construction reads of a strategy class (a ``ConfiguredStrategy`` subclass), named here by what
+    it has so that this module never imports the class that calls it."""
+
+    __name__: str
+    config_class: type[Options]
+    model_class: type[nn.Module]
+    model_config_class: type[Options]
+    optimizer_description: str
+    optimizer_options: tuple[str, ...]
+
+    def model_settings(self) -> tuple[str, ...]: ...
+
+    def build_model(self, vit: nn.Module, model_config: Options) -> nn.Module: ...
+
 
 _UNSET = object()
 
 
-def refuse_optimizer(strategy: type["ConfiguredStrategy"], options: Mapping[str, Any],
+def refuse_optimizer(strategy: StrategyClass, options: Mapping[str, Any],
                      template_options: Mapping[str, Any]) -> None:
     """``Naive(model, optimizer=...)`` is Avalanche's habit; here the optimiser is made per experience.
 
@@ -51,7 +65,7 @@ def replace_routing(config_class: type[Options], options: Mapping[str, Any],
     return {**options, **replaced}
 
 
-def refuse_unknown_keywords(strategy: type["ConfiguredStrategy"], template_options: Mapping[str, Any],
+def refuse_unknown_keywords(strategy: StrategyClass, template_options: Mapping[str, Any],
                             options: Mapping[str, Any]) -> None:
     """A keyword that is neither an option of the method nor one of Avalanche's template is refused by name."""
     accepted: set[str] = set()
@@ -67,7 +81,7 @@ def refuse_unknown_keywords(strategy: type["ConfiguredStrategy"], template_optio
         )
 
 
-def configured_model(strategy: type["ConfiguredStrategy"], model: nn.Module, config: Optional[Options],
+def configured_model(strategy: StrategyClass, model: nn.Module, config: Optional[Options],
                      options: Mapping[str, Any]) -> tuple[nn.Module, Any]:
     """The strategy's model and its config, built once.
 
