@@ -122,19 +122,20 @@ class LearningRates(SupervisedPlugin):
         self.seen.setdefault(key, set()).add(strategy.optimizer.param_groups[0]["lr"])
 
 
-def test_the_codes_epoch_cosine_holds_each_epochs_rate_and_ends_near_one_point_six_percent():
-    # InfLoRA's CosineSchedule: epoch e of E at lr cos(99 pi e / (200 (E - 1))), restarted per experience.
+def test_the_codes_epoch_cosine_holds_each_epochs_rate_one_epoch_late_as_the_code_runs_it():
+    # InfLoRA's CosineSchedule, stepped per epoch after its constructor's step(0) and last_epoch = -1:
+    # epochs 0 and 1 at lr, epoch e >= 1 of E at lr cos(99 pi (e - 1) / (200 (E - 1))), per experience.
     rates = LearningRates()
     strategy = tiny(InfLoRA, lr_schedule="epoch_cosine", train_epochs=3, lr=0.01, plugins=[rates],
                     num_experiences=2)
     for experience in class_stream(num_experiences=2, per_class=20).train_stream:
         strategy.train(experience)
-    expected = [0.01 * math.cos(99 * math.pi * e / 400) for e in range(3)]
+    expected = [0.01 * math.cos(99 * math.pi * max(e - 1, 0) / 400) for e in range(3)]
     for experience in range(2):
         for epoch in range(3):
             (rate,) = rates.seen[(experience, epoch)]  # one rate through the epoch
             assert rate == pytest.approx(expected[epoch])
-    assert expected[-1] / 0.01 == pytest.approx(0.0157, abs=1e-4)
+    assert expected[0] == expected[1] == 0.01 and expected[-1] / 0.01 == pytest.approx(0.7126, abs=1e-4)
 
 
 def inf_lora_formula_logits(vit, model, x: torch.Tensor) -> torch.Tensor:

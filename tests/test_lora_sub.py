@@ -379,15 +379,27 @@ def test_prototypes_are_class_means_never_updated_and_evaluation_is_the_nearest_
     assert torch.equal(logits.argmax(1), squared.argmin(1))
 
 
-def test_the_codes_epoch_cosine_for_both_groups():
+def code_cosine_factors(epochs: int) -> list[float]:
+    """The factor of each epoch under the code's ``CosineSchedule(optimizer, K=epochs)``, stepped after every
+    epoch: its ``_LRScheduler.__init__`` calls ``self.step(last_epoch + 1)`` (epoch 0's factor) and then sets
+    ``self.last_epoch = last_epoch`` (-1), so the first ``step()`` sets epoch 0's factor again."""
+    last_epoch, factors = -1, []
+    for _ in range(epochs):
+        factors.append(math.cos(99 * math.pi * max(last_epoch, 0) / (200 * (epochs - 1))))
+        last_epoch += 1  # step(): epoch = last_epoch + 1, and the factor of that epoch is set
+    return factors
+
+
+def test_the_codes_epoch_cosine_for_both_groups_one_epoch_late_as_it_runs():
     record = Record()
-    run(2, record, train_epochs=3, lr=0.01, head_lr=0.03)
+    run(2, record, train_epochs=4, lr=0.01, head_lr=0.03)
+    expected = code_cosine_factors(4)
+    assert expected[0] == expected[1] == 1.0 and expected[3] == pytest.approx(math.cos(99 * math.pi * 2 / 600))
     for t in (0, 1):
-        per_epoch = len(record.steps[t]) // 3
-        for e in range(3):
-            factor = math.cos(99 * math.pi * e / (200 * 2))
+        per_epoch = len(record.steps[t]) // 4
+        for e in range(4):
             for step in record.steps[t][e * per_epoch:(e + 1) * per_epoch]:
-                assert step["lrs"] == pytest.approx([0.01 * factor, 0.03 * factor])
+                assert step["lrs"] == pytest.approx([0.01 * expected[e], 0.03 * expected[e]])
 
 
 def test_a_domain_stream_keeps_a_prototype_per_class_and_experience_and_predicts_the_nearest_ones_class():

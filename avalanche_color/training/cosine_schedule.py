@@ -23,15 +23,18 @@ class PerExperienceCosine:
         self.lr_scheduler = CosineAnnealingLR(self.optimizer, T_max=steps)  # type: ignore[attr-defined]
 
     def restart_epoch_cosine(self) -> None:
-        """InfLoRA's code's ``CosineSchedule`` (``utils/schedulers.py``), stepped per epoch: epoch e of E
-        runs at ``lr cos(99 pi e / (200 (E - 1)))``, from lr down to about 1.6% of it in the last epoch
-        (one epoch: lr throughout)."""
+        """The ``CosineSchedule`` of InfLoRA's and LoRA subtraction's code (``utils/schedulers.py``), stepped
+        once per epoch, as it runs: its constructor sets epoch 0's factor and then ``last_epoch = -1``, so
+        the first ``step()``, after epoch 0, sets epoch 0's factor again. Epochs 0 and 1 of E run at lr,
+        epoch e >= 1 at ``lr cos(99 pi (e - 1) / (200 (E - 1)))``: the last at 9.7% of lr for E = 20 (the
+        formula's 1.6% is never reached). One epoch: lr throughout."""
         epochs = self.train_epochs  # type: ignore[attr-defined]
         per_epoch = max(self._experience_steps() // max(epochs, 1), 1)
 
         def factor(step: int) -> float:
             epoch = min(step // per_epoch, epochs - 1)
-            return math.cos(99 * math.pi * epoch / (200 * (epochs - 1))) if epochs > 1 else 1.0
+            late = max(epoch - 1, 0)  # the epoch whose factor the code's scheduler has set
+            return math.cos(99 * math.pi * late / (200 * (epochs - 1))) if epochs > 1 else 1.0
 
         self.lr_scheduler = LambdaLR(self.optimizer, factor)  # type: ignore[attr-defined]
 

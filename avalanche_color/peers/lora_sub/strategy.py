@@ -59,9 +59,9 @@ class LoRASubtraction(LoRASumTemplate):
         lr: learning rate of the LoRA weights (code: 5e-4).
         head_lr: learning rate of the training head (code: 2e-3 on CIFAR-100, 5e-4 on ImageNet-R).
         weight_decay: L2 weight decay of both groups (code: none).
-        lr_schedule: ``"epoch_cosine"``: the code's per-epoch cosine, epoch e of E at
-            ``lr cos(99 pi e / (200 (E - 1)))``; ``"cosine"`` over each experience's steps to 0; or
-            ``"constant"``.
+        lr_schedule: ``"epoch_cosine"``: the code's per-epoch cosine as it runs, one epoch late (epochs 0
+            and 1 at lr, epoch e >= 1 of E at ``lr cos(99 pi (e - 1) / (200 (E - 1)))``); ``"cosine"``
+            over each experience's steps to 0; or ``"constant"``.
         train_mb_size: training mini-batch size (code: 128).
         train_epochs: epochs per experience (code: 20 on CIFAR-100).
         eval_mb_size: evaluation mini-batch size, also of the covariance and prototype passes.
@@ -163,12 +163,7 @@ class LoRASubtraction(LoRASumTemplate):
                 component = layer.components[training]
                 self.optimizer.project(component.A, projection, "right")
                 self.optimizer.project(component.B, projection, "left")
-        if config.lr_schedule == "cosine":
-            self.restart_cosine()
-        elif config.lr_schedule == "epoch_cosine":
-            self.restart_epoch_cosine()
-        else:
-            self.lr_scheduler = None
+        self.restart_schedule()
 
     def conclude_component(self, **kwargs: Any) -> None:
         """The experience's prototypes: each of its classes' mean feature (eval transforms) under the

@@ -58,9 +58,14 @@ class LoRASumTemplate(ConfiguredStrategy):
         else:
             self.optimizer = torch.optim.Adam(trainable, lr=config.lr, betas=(0.9, 0.999),
                                               weight_decay=config.weight_decay)
-        if config.lr_schedule == "cosine":
+        self.restart_schedule()
+
+    def restart_schedule(self) -> None:
+        """The learning-rate schedule of the optimiser just made, as ``lr_schedule``: ``"cosine"`` over the
+        experience's steps, ``"epoch_cosine"`` per epoch, or none (``"constant"``)."""
+        if self.config.lr_schedule == "cosine":
             self.restart_cosine()
-        elif config.lr_schedule == "epoch_cosine":
+        elif self.config.lr_schedule == "epoch_cosine":
             self.restart_epoch_cosine()
         else:
             self.lr_scheduler = None
