@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import inspect
 import re
+import typing
 
 import pytest
 import torch
@@ -18,6 +19,7 @@ from torch import nn
 
 from avalanche_color import CoLoRConfig, DataChecksPlugin
 from avalanche_color.baselines import NCM, CurrentClassesMasking, JointLoRA, RanPAC
+from avalanche_color.baselines.options import BaselineOptions
 from avalanche_color.runner import RunConfig
 from avalanche_color.runner.backbones import with_head
 from avalanche_color.runner.run import build_method
@@ -176,6 +178,22 @@ def test_joint_lora_defaults_are_colors():
     (lambda vit: JointLoRA(vit, num_classes=4, rank=0), ValueError, "rank must be an integer >= 1, got 0"),
     (lambda vit: JointLoRA(vit, num_classes=4, lr=-1.0), ValueError, "lr must be a number > 0, got -1.0"),
     (lambda vit: JointLoRA(nn.Linear(4, 4), num_classes=4), TypeError, "model must be a timm"),
+    # The options every baseline shares (BaselineOptions), refused alike by each.
+    (lambda vit: RanPAC(vit, train_mb_size=0), ValueError, "train_mb_size must be an integer >= 1, got 0"),
+    (lambda vit: RanPAC(vit, check_data=1), ValueError, "check_data must be True or False, got 1"),
+    (lambda vit: RanPAC(vit, plugins=DataChecksPlugin()), ValueError,
+     "plugins must be a sequence of Avalanche plugins or None, got <"),
+    (lambda vit: NCM(vit, eval_mb_size=None), ValueError, "eval_mb_size must be an integer >= 1, got None"),
+    (lambda vit: JointLoRA(vit, num_classes=4, check_data="yes"), ValueError,
+     "check_data must be True or False, got 'yes'"),
+    (lambda vit: JointLoRA(vit, num_classes=4, plugins=DataChecksPlugin()), ValueError, "plugins must be a sequence"),
+    (lambda vit: JointLoRA(vit, num_classes=4, train_mb_size=0), ValueError,
+     "train_mb_size must be an integer >= 1, got 0"),
+    (lambda vit: JointLoRA(vit, num_classes=4, eval_mb_size=2.0), ValueError,
+     "eval_mb_size must be an integer >= 1, got 2.0"),
+    (lambda vit: JointLoRA(vit, num_classes=4, momentum=-0.5), ValueError, "momentum must be a number >= 0, got -0.5"),
+    (lambda vit: JointLoRA(vit, num_classes=4, weight_decay="0"), ValueError,
+     "weight_decay must be a number >= 0, got '0'"),
     (lambda vit: CurrentClassesMasking(IncrementalClassifier(32, 4, masking=False)), ValueError,
      "head must be an avalanche.models.IncrementalClassifier built with masking=True"),
 ])
@@ -188,3 +206,14 @@ def test_bad_arguments_are_refused_by_name(build, error, message):
 def test_the_docstring_documents_every_argument_in_order(strategy):
     documented = re.findall(r"^ {12}(?:\*\*)?(\w+):", strategy.__init__.__doc__, flags=re.MULTILINE)
     assert documented == list(inspect.signature(strategy).parameters)
+
+
+@pytest.mark.parametrize("strategy", [RanPAC, NCM, JointLoRA])
+def test_the_signature_gives_the_shared_options_as_baseline_options_declares_them(strategy):
+    """Each baseline lists the shared options in its own signature (help() shows them); BaselineOptions
+    checks them: the two agree on the names, types and defaults."""
+    parameters = inspect.signature(strategy).parameters
+    hints = typing.get_type_hints(strategy.__init__)
+    declared = typing.get_type_hints(BaselineOptions)
+    assert {name: hints[name] for name in declared} == declared
+    assert {name: parameters[name].default for name in declared} == BaselineOptions.defaults()

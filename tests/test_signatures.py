@@ -146,6 +146,29 @@ def test_every_strategy_and_baseline_shares_the_package_base_with_the_data_check
         assert type(made.plugins[0]) is DataChecksPlugin, type(made).__name__
 
 
+def test_every_strategy_and_baseline_looks_at_its_plugins_once(monkeypatch):
+    from avalanche_color import NCM, JointLoRA, RanPAC, StrategyBase
+
+    calls = []
+    real = StrategyBase.refuse_incompatible_plugins.__func__
+    monkeypatch.setattr(StrategyBase, "refuse_incompatible_plugins",
+                        classmethod(lambda cls, plugins: calls.append(cls.__name__) or real(cls, plugins)))
+    builders = [*(strategy for strategy, _ in ALL_STRATEGIES), RanPAC, NCM,
+                lambda vit, **options: JointLoRA(vit, num_classes=3, **options)]
+    for build in builders:
+        calls.clear()
+        made = build(tiny_vit(0), plugins=[], evaluator=quiet_evaluator())
+        assert calls == [type(made).__name__]
+
+
+@pytest.mark.parametrize("strategy, config_class", ALL_STRATEGIES)
+def test_an_incompatible_plugin_is_refused_before_the_model_is_looked_at(strategy, config_class):
+    from avalanche.training.plugins import ReplayPlugin
+
+    with pytest.raises(ValueError, match=f"{strategy.__name__} cannot use ReplayPlugin"):
+        strategy(torch.nn.Linear(4, 4), plugins=[ReplayPlugin(mem_size=10)], evaluator=quiet_evaluator())
+
+
 def test_a_continued_model_keeps_its_options_and_they_fill_the_config():
     first = CoLoR(tiny_vit(0), rank=4, alpha=2.0, evaluator=quiet_evaluator())
     second = CoLoR(first.model, train_epochs=3, evaluator=quiet_evaluator())

@@ -11,7 +11,8 @@ prompt experts, as Avalanche strategies and plugins a script builds as it builds
   the paper's "FT + class masking".
 
 ``training_free.py`` holds the template NCM and RanPAC share (the epochs do nothing, a plugin fits
-the classifier) and ``features.py`` the features they fit with.
+the classifier), ``features.py`` the features they fit with, and ``options.py`` the options every
+baseline takes (:class:`~avalanche_color.baselines.options.BaselineOptions`), checked in one place.
 """
 
 from avalanche_color.baselines.class_masking import CurrentClassesMasking

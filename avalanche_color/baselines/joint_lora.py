@@ -13,13 +13,14 @@ from avalanche.training.plugins import EvaluationPlugin
 from avalanche.training.plugins.evaluation import default_evaluator
 from torch import Tensor, nn
 
+from avalanche_color.baselines.options import BaselineOptions
 from avalanche_color.color.model import ExpertViT
 from avalanche_color.experts.backbone import check_vision_transformer
 from avalanche_color.training.cosine_schedule import PerExperienceCosine
 from avalanche_color.training.data_scan import check_training_experience
 from avalanche_color.training.loaders import loader_options
 from avalanche_color.training.strategy_base import StrategyBase
-from avalanche_color.utils.checks import boolean, non_negative, positive, positive_int, require
+from avalanche_color.utils.checks import non_negative, positive, positive_int, require
 
 
 class SingleLoRAExpert(nn.Module):
@@ -104,17 +105,17 @@ class JointLoRA(PerExperienceCosine, StrategyBase, JointTraining):
         require("lr", lr, positive)
         require("momentum", momentum, non_negative)
         require("weight_decay", weight_decay, non_negative)
-        require("check_data", check_data, boolean)
-        if plugins is not None and not isinstance(plugins, Sequence):
-            raise ValueError(f"plugins must be a sequence of Avalanche plugins or None, got {plugins!r}")
+        options = BaselineOptions(check_data=check_data, train_mb_size=train_mb_size, eval_mb_size=eval_mb_size,
+                                  plugins=plugins)
         expert = SingleLoRAExpert(copy.deepcopy(model), rank, range(num_classes))
         optimizer = torch.optim.SGD([p for p in expert.parameters() if p.requires_grad], lr=lr, momentum=momentum,
                                     weight_decay=weight_decay)
-        self.check_data = check_data
+        self.check_data = options.check_data
         # The data scan is done here, over every experience (the plugin would see the first alone).
         super().__init__(model=expert, optimizer=optimizer, criterion=nn.CrossEntropyLoss(),
-                         train_mb_size=train_mb_size, train_epochs=train_epochs, eval_mb_size=eval_mb_size,
-                         device=device, plugins=plugins, scan_experiences=False, evaluator=evaluator, **kwargs)
+                         train_mb_size=options.train_mb_size, train_epochs=train_epochs,
+                         eval_mb_size=options.eval_mb_size, device=device, plugins=options.plugins,
+                         scan_experiences=False, evaluator=evaluator, **kwargs)
 
     def train_dataset_adaptation(self, **kwargs: Any) -> None:
         if self.check_data:

@@ -15,6 +15,7 @@ from avalanche.training.templates import SupervisedTemplate
 from torch import Tensor, nn
 
 from avalanche_color.baselines.features import experience_features, pooled_features
+from avalanche_color.baselines.options import BaselineOptions
 from avalanche_color.baselines.training_free import TrainingFreeTemplate, frozen_copy
 
 
@@ -123,6 +124,7 @@ class NCM(TrainingFreeTemplate):
             **kwargs: other keywords of Avalanche's ``SupervisedTemplate`` (``train_epochs``, which
                 change nothing here, ``eval_every``, ...).
         """
-        super().__init__(NCMModel(frozen_copy(model)), fit=ClassMeanUpdate(), check_data=check_data,
-                         train_mb_size=train_mb_size, eval_mb_size=eval_mb_size, device=device, plugins=plugins,
+        options = BaselineOptions(check_data=check_data, train_mb_size=train_mb_size, eval_mb_size=eval_mb_size,
+                                  plugins=plugins)
+        super().__init__(NCMModel(frozen_copy(model)), fit=ClassMeanUpdate(), options=options, device=device,
                          evaluator=evaluator, **kwargs)

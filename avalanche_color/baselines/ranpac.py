@@ -23,6 +23,7 @@ from avalanche.training.templates import SupervisedTemplate
 from torch import Tensor, nn
 
 from avalanche_color.baselines.features import experience_features, pooled_features
+from avalanche_color.baselines.options import BaselineOptions
 from avalanche_color.baselines.training_free import TrainingFreeTemplate, frozen_copy
 from avalanche_color.routing.ridge import RandomFeatureRidge
 from avalanche_color.utils.checks import integer, positive_int, require
@@ -135,6 +136,7 @@ class RanPAC(TrainingFreeTemplate):
         """
         require("width", width, positive_int)
         require("seed", seed, integer)
-        super().__init__(RanPACModel(frozen_copy(model), width, seed), fit=RidgeUpdate(), check_data=check_data,
-                         train_mb_size=train_mb_size, eval_mb_size=eval_mb_size, device=device, plugins=plugins,
-                         evaluator=evaluator, **kwargs)
+        options = BaselineOptions(check_data=check_data, train_mb_size=train_mb_size, eval_mb_size=eval_mb_size,
+                                  plugins=plugins)
+        super().__init__(RanPACModel(frozen_copy(model), width, seed), fit=RidgeUpdate(), options=options,
+                         device=device, evaluator=evaluator, **kwargs)

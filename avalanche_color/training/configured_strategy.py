@@ -36,7 +36,6 @@ from torch import Tensor, nn
 from avalanche_color.config import LoaderOptions, Options, TrainingOptions
 from avalanche_color.training.cosine_schedule import PerExperienceCosine
 from avalanche_color.training.distributed import wrap_current_expert
-from avalanche_color.training.plugin_compatibility import refuse_incompatible_plugins
 from avalanche_color.training.precision import MixedPrecision
 from avalanche_color.training.strategy_construction import (configured_model, refuse_optimizer,
                                                             refuse_unknown_keywords, replace_routing)
@@ -72,6 +71,7 @@ class ConfiguredStrategy(PerExperienceCosine, MixedPrecision, StrategyBase):
     # Every method's config holds the budget and precision (TrainingOptions) and the loader options.
     config: Any
     config_class: ClassVar[type[Options]]
+    # Its instances count their experts in num_experts (0 for one that adds none, as L2P's).
     model_class: ClassVar[type[nn.Module]]
     # The options the model takes: a group of config_class (e.g. LoRAOptions for CoLoR's ExpertViT).
     model_config_class: ClassVar[type[Options]]
@@ -97,7 +97,7 @@ class ConfiguredStrategy(PerExperienceCosine, MixedPrecision, StrategyBase):
         template_options: Optional[Mapping[str, Any]] = None,
     ) -> None:
         cls, template_options = type(self), dict(template_options or {})
-        refuse_incompatible_plugins(cls.__name__, plugins or (), self.incompatible_plugins)  # before the copy
+        cls.refuse_incompatible_plugins(plugins)  # before the ViT is copied; StrategyBase then skips it
         refuse_optimizer(cls, options, template_options)  # before the model is copied and adapted
         options = replace_routing(cls.config_class, options, template_options)
         refuse_unknown_keywords(cls, template_options, options)
@@ -114,6 +114,7 @@ class ConfiguredStrategy(PerExperienceCosine, MixedPrecision, StrategyBase):
             eval_mb_size=budget.eval_mb_size,
             device=device,
             plugins=plugins,
+            plugins_checked=True,
             scan_experiences=budget.check_data,
             own_plugins=self.own_plugins(),
             evaluator=evaluator,
@@ -151,11 +152,11 @@ class ConfiguredStrategy(PerExperienceCosine, MixedPrecision, StrategyBase):
         # What trains (a new expert, a grown head) exists only after the model adaptation, so the
         # optimiser is built after it, once per experience; the chunks of an online stream's
         # experience (with task boundaries) continue its model, optimiser and schedule.
-        # A model that adds an expert per experience counts them (num_experts); one restored from a
-        # checkpoint has its experience's expert already, which is then not prepared again.
-        experts = getattr(self.model, "num_experts", 0)
+        # Every model_class counts its experts (num_experts; L2P's, sharing one pool, has none): one
+        # restored from a checkpoint has its experience's expert already, which is not prepared again.
+        experts = self.model.num_experts
         self.model = self.model_adaptation()
-        added = getattr(self.model, "num_experts", 0) != experts
+        added = self.model.num_experts != experts
         if added:
             self.prepare_experience(**kwargs)
         if self.trains_distributed:

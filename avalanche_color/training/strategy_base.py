@@ -10,7 +10,7 @@ their config and per-experience loop on top
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar, Optional
 
 from avalanche.core import BasePlugin
@@ -27,11 +27,14 @@ class StrategyBase(ModelFirst, ShardedEvaluation, LoaderDefaults, SupervisedTemp
 
     Args:
         plugins: the user's plugins, placed after the strategy's own; the list is copied, never
-            changed. Those named in :attr:`incompatible_plugins` are refused with the reason.
+            changed. Those named in :attr:`incompatible_plugins` are refused with the reason
+            (:meth:`refuse_incompatible_plugins`).
         scan_experiences: the :class:`~avalanche_color.DataChecksPlugin`, always first, scans each
             training experience's samples before anything changes for it (without the scan, empty
             experiences, non-finite evaluation pixels and a non-finite loss are still refused).
         own_plugins: the plugins the method itself needs, after the data checks and before the user's.
+        plugins_checked: the subclass has refused them already, before its costly steps (copying
+            the ViT), so they are not looked at again.
         template_options: the keywords of Avalanche's template (``model``, ``optimizer``, ...).
     """
 
@@ -41,8 +44,16 @@ class StrategyBase(ModelFirst, ShardedEvaluation, LoaderDefaults, SupervisedTemp
     loader_defaults: LoaderOptions = LoaderOptions()
 
     def __init__(self, *, plugins: Optional[Sequence[BasePlugin]], scan_experiences: bool,
-                 own_plugins: Sequence[BasePlugin] = (), **template_options: Any) -> None:
-        refuse_incompatible_plugins(type(self).__name__, plugins or (), self.incompatible_plugins)
+                 own_plugins: Sequence[BasePlugin] = (), plugins_checked: bool = False,
+                 **template_options: Any) -> None:
+        if not plugins_checked:
+            self.refuse_incompatible_plugins(plugins)
         # Bad data is refused first, before any other plugin or the model adaptation acts on it.
         checks = DataChecksPlugin(scan_experiences=scan_experiences)
         super().__init__(plugins=[checks, *own_plugins, *(plugins or ())], **template_options)
+
+    @classmethod
+    def refuse_incompatible_plugins(cls, plugins: Optional[Iterable[BasePlugin]]) -> None:
+        """Raise a ``ValueError`` naming the first of ``plugins`` that :attr:`incompatible_plugins`
+        refuses, and why; a subclass may call it first thing and pass ``plugins_checked=True``."""
+        refuse_incompatible_plugins(cls.__name__, plugins or (), cls.incompatible_plugins)

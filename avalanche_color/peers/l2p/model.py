@@ -99,6 +99,11 @@ class L2PViT(DynamicModule):
         """Width of the output: the head's, or more if an adapted experience has larger class ids."""
         return max(self.head.out_features, self.max_class_label)
 
+    @property
+    def num_experts(self) -> int:
+        """0: L2P adds no expert per experience (its pool and head are shared), so the strategy prepares none."""
+        return 0
+
     def trainable_parameters(self) -> Iterator[nn.Parameter]:
         """What L2P trains: the pool's keys and prompts and the head, all shared across experiences."""
         yield from self.pool.parameters()
