@@ -17,6 +17,7 @@ from avalanche_color import InfLoRAConfig, InfLoRAViT, SDLoRAConfig, SDLoRAViT, 
 from avalanche_color.routing.class_router import ClassRouter
 from benchmarks.perf.cli import parse_args
 from benchmarks.perf.kernels import kernel_section
+from benchmarks.perf.learners import grown, peer_learners
 from benchmarks.perf.memory import training_memory
 from benchmarks.perf.memory_section import memory_rows
 from benchmarks.perf.ratios import ratio_rows
@@ -144,6 +145,16 @@ def main() -> None:
 
         variants[f"{name} training step"] = Variant(peer_step, setup=peer.train)
         variants[f"{name} inference"] = inference(partial(peer, x), peer)
+    # LoRA-Sub and CL-LoRA grown by their learners, each step its strategy's (optimiser, loss, CL-LoRA's two
+    # gradients); inference on a copy with the last experience finished too (its prototypes, CL-LoRA's pass).
+    for name, make_learner in peer_learners(make_vit, args.rank, CLASSES, device).items():
+        learner = grown(make_learner(), args.experts)
+        learned = copy.deepcopy(learner)
+        learned.finish(args.experts - 1)
+        learner_optimizer = learner.optimizer()
+        variants[f"{name} training step"] = Variant(
+            partial(learner.step, learner_optimizer, x, peer_labels), setup=learner.model.train)
+        variants[f"{name} inference"] = inference(partial(learned.model, x), learned.model)
 
     # The data a training step needs: one epoch of a loader per timing, its workers kept between epochs.
     data = resolve_data_config({}, model=plain)

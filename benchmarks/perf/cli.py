@@ -21,17 +21,21 @@ Printed and written as a markdown table:
   for 1, 2, 10 and 50 experts in one batch (``--mixed-batch-size`` samples, 50 by default)
 * routing (nearest prototype) and k-means fit time as a share of a forward
 * the class-level routers (ridge, gaussian): routing and fitting time as a share of a forward
-* SD-LoRA and InfLoRA (``--experts`` experiences learned, the last one training): their training step /
-  frozen-backbone forward, and their inference throughput / CoLoR's routed inference throughput (one
-  forward and no router against two passes)
+* SD-LoRA, InfLoRA, LoRA-Sub and CL-LoRA (``--experts`` experiences learned, the last one training): their
+  training step / frozen-backbone forward, and their inference throughput / CoLoR's routed inference
+  throughput (one forward and no router against two passes; CL-LoRA's task-specific blocks run once per
+  experience). Each step is its strategy's: LoRA-Sub's projected Adam (the projection active, as from the
+  second experience on) on the cross-entropy plus the triplet loss, and its prediction by the nearest class
+  mean; CL-LoRA's SGD, its teacher's forward, two gradients and two SGD steps per batch. SD-LoRA's and
+  InfLoRA's step here: SGD with momentum
 * loader / step = images per second of a training data loader (JPEG photos decoded, RandomResizedCrop,
   flip, normalise, with ``--loader-workers`` worker processes) / images per second of the CoLoR
   training step: below 1 the accelerator waits for the data
 * training memory against experiences learned (``--memory-experiences``, 1, 10 and 50 by default), on
   ``--memory-model`` (ViT-S/16 by default: 50 InfLoRA experiences take minutes on a CPU): for CoLoR, S-Prompts,
-  L2P, SD-LoRA and InfLoRA, the learned state plus one training step of experience t, and the state stored
-  after it (:mod:`benchmarks.perf.memory_growth`); a section of its own, which ``--only memory`` measures
-  alone and replaces in ``--out``
+  L2P, SD-LoRA, InfLoRA, LoRA-Sub and CL-LoRA, the learned state plus one training step of experience t, and
+  the state stored after it (:mod:`benchmarks.perf.memory_growth`); a section of its own, which ``--only
+  memory`` measures alone and replaces in ``--out``
 """
 
 from __future__ import annotations

@@ -44,13 +44,8 @@ def one_step(learner: Learner, x: Tensor, labels: Tensor, device: torch.device,
     model.zero_grad(set_to_none=True)  # only this step's gradients count
     optimizer = learner.optimizer()
 
-    def step() -> None:
-        optimizer.zero_grad(set_to_none=True)
-        learner.loss(x, labels).backward()
-        optimizer.step()
-
     with precision():
-        memory = step_memory(step, model, optimizer, device)
+        memory = step_memory(lambda: learner.step(optimizer, x, labels), model, optimizer, device)
     model.zero_grad(set_to_none=True)
     return memory
 
@@ -112,9 +107,15 @@ def section(measurements: list[Measurement], command: str, setting: str, device:
             "optimiser state")
     return [HEADING, "", f"`{command}`", "", setting, "",
             "Training memory at experience t (t - 1 learned before) = the learned state held (every expert, "
-            "component, prompt, head and prototype, and InfLoRA's protected subspaces: `experts_state_dict()`, "
-            "L2P's `state_dict()` without the backbone) + what one training step adds: " + step + ". Each "
-            "method's optimiser: SGD with momentum for CoLoR, S-Prompts and SD-LoRA, Adam for L2P and InfLoRA. "
+            "component, prompt, head and prototype, InfLoRA's protected subspaces, LoRA-Sub's projections (one d x d "
+            "float64 matrix per block, from experience 2 until the experience ends), CL-LoRA's teacher: "
+            "`experts_state_dict()`, L2P's `state_dict()` without the backbone) + what one training step adds: "
+            + step + ". Each method's optimiser as its strategy builds it: SGD with momentum for CoLoR, S-Prompts, "
+            "SD-LoRA and CL-LoRA, Adam for L2P and InfLoRA, LoRA-Sub's projected Adam. CL-LoRA's step from "
+            "experience 2 on is its strategy's: the teacher's forward (no gradient), two gradients of the same graph "
+            "(the distillation's and the loss's) and two SGD steps" + ("" if device.type == "cuda" else
+            " (counted: the gradients left after the step, one set; the distillation's set is held during "
+            "step 1 as well)") + ". "
             f"The frozen backbone's weights ({mib(backbone_bytes)} MiB) are in every method's memory and not "
             "counted. Stored state: the learned state once experience t is over. SD-LoRA, unfolded: the same "
             "model with every direction computed low-rank over the tokens, none folded into the weight (the same "
