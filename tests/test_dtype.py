@@ -1,10 +1,12 @@
-"""Backbones in any floating dtype: heads follow the backbone, images are converted to it."""
+"""Backbones in any floating dtype: images are converted to it; the trained weights (experts, heads) are float32
+beside a bfloat16 or float16 backbone and in its dtype beside a float64 one (avalanche_color.lora.dtypes)."""
 
 import pytest
 import torch
 
 from avalanche_color import L2P, CoLoR, SPrompts, fit_prototypes
 from avalanche_color.experts.backbone import backbone_images
+from avalanche_color.lora.dtypes import trained_dtype
 from helpers import quiet_evaluator
 from streams import domain_stream, tiny_vit
 
@@ -50,11 +52,18 @@ def float32_routes(benchmark) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("method", list(METHODS))
 def test_backbone_dtype_trains_evaluates_and_routes_as_float32(method, dtype, benchmark, float32_routes, one_thread):
     model = trained(method, dtype, benchmark)
-    assert {p.dtype for head in model.bank.heads for p in head.parameters()} == {dtype}
+    kept = trained_dtype(dtype)  # float32 for bfloat16 and float16, float64 for float64
+    assert {p.dtype for head in model.bank.heads for p in head.parameters()} == {kept}
+    own = {p.dtype for expert in range(model.num_experts) for module in model.bank.expert_modules(expert)
+           for p in module.parameters()}
+    # CoLoR's LoRA factors follow the heads; S-Prompts makes its prompt tokens float32 whatever the backbone.
+    assert own == ({torch.float32} if method == "s-prompts" else {kept})
+    backbone = [v for k, v in model.state_dict().items() if k in model.backbone_keys and v.is_floating_point()]
+    assert {v.dtype for v in backbone} == {dtype}  # the frozen backbone stays as given
     images, experts = labelled_test_images(benchmark)  # float32 images, converted by the model
     with torch.no_grad():
         logits, routes = model(images), model.route(images)
-    assert logits.dtype == dtype
+    assert logits.dtype == kept
     # Each sample's routed expert scores its own classes with finite logits (-inf elsewhere).
     known = torch.stack([torch.isin(torch.arange(model.num_classes), model.bank.heads[e].classes) for e in routes.tolist()])
     assert bool(logits[known].isfinite().all()) and bool((logits[~known] == float("-inf")).all())

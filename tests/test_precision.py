@@ -1,5 +1,6 @@
 """precision= on every strategy: bf16-mixed trains as float32 does, the trained weights stay float32,
-16-mixed scales its gradients, and a ViT cast to bfloat16 (the trained weights then bfloat16) is warned of."""
+16-mixed scales its gradients; beside a ViT cast to bfloat16 CoLoR's trained weights stay float32, and a
+strategy whose trained weights would be bfloat16 is warned of."""
 
 from __future__ import annotations
 
@@ -126,16 +127,24 @@ def test_evaluation_runs_under_autocast_and_routing_stays_float32(one_thread):
     assert seen and all(enabled for enabled, _ in seen)
 
 
-def test_a_bfloat16_vit_is_warned_of_with_the_option_to_use_instead(one_thread):
-    strategy = CoLoR(tiny_vit(0).to(torch.bfloat16), rank=4, k=3, train_epochs=1, train_mb_size=16,
-                     evaluator=quiet_evaluator())
-    with pytest.warns(UserWarning, match=r"trains weights in bfloat16.*precision='bf16-mixed'"):
-        strategy.train(domain_stream(1).train_stream[0])
-    strategy = CoLoR(tiny_vit(0), rank=4, k=3, train_epochs=1, train_mb_size=16, precision="bf16-mixed",
-                     evaluator=quiet_evaluator())
-    with warnings.catch_warnings():
-        warnings.filterwarnings("error", message=".*trains weights in")
-        strategy.train(domain_stream(1).train_stream[0])
+def test_a_bfloat16_vit_trains_float32_experts_and_narrow_trained_weights_are_warned_of(one_thread):
+    # CoLoR keeps its experts and heads float32 beside a bfloat16 ViT (avalanche_color.lora.dtypes): no warning,
+    # and the first step at lr 1e-3 changes as many trained entries as with a float32 ViT (kept bfloat16: no LoRA entry).
+    full = first_step("CoLoR", "32-true", 1e-3)
+    for precision in ("32-true", "bf16-mixed"):
+        probe = FirstStep()
+        strategy = CoLoR(tiny_vit(0).to(torch.bfloat16), rank=4, k=3, lr=1e-3, train_epochs=1, train_mb_size=16,
+                         precision=precision, plugins=[probe], evaluator=quiet_evaluator())
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message=".*trains weights in")
+            strategy.train(domain_stream(1).train_stream[0])
+        assert probe.dtypes == {torch.float32}
+        assert probe.changed >= 0.95 * full.changed, (precision, probe.changed, full.changed)
+    # L2P's prompt pool and head follow the ViT's dtype: they would train in bfloat16, and that is warned of.
+    strategy = L2P(tiny_vit(0).to(torch.bfloat16), pool_size=4, prompt_length=2, top_n=2, train_epochs=1,
+                   train_mb_size=16, evaluator=quiet_evaluator())
+    with pytest.warns(UserWarning, match=r"L2P trains weights in bfloat16.*precision='bf16-mixed'"):
+        strategy.train(class_stream(num_experiences=1).train_stream[0])
 
 
 def test_precision_is_checked_by_name():

@@ -31,7 +31,9 @@ class ExpertViT(RoutedExpertViT):
 
     Args:
         vit: a timm ``VisionTransformer`` without LoRA experts; it is adapted in place and
-            frozen (the strategies give it a copy of the ViT they are given).
+            frozen (the strategies give it a copy of the ViT they are given). It may be cast to
+            bfloat16: the experts and heads are float32 all the same (:mod:`avalanche_color.lora.dtypes`),
+            the logits float32, with or without autocast.
         config: :class:`~avalanche_color.config.LoRAOptions` (or a
             :class:`~avalanche_color.config.CoLoRConfig`); keyword options
             (``rank``, ``alpha``, ``routing_features``, ``router``, ``distance``, ...) replace its fields.

@@ -33,7 +33,8 @@ class ExpertHead(nn.Module):
         self.register_buffer("classes", torch.as_tensor(sorted(classes), dtype=torch.long))
 
     def forward(self, features: Tensor) -> Tensor:
-        return self.linear(features)
+        """Logits in the head's dtype (float32 beside a bfloat16 backbone: its features are cast up)."""
+        return self.linear(features.to(self.linear.weight.dtype))
 
 
 def gathered_head_logits(heads: nn.ModuleList, features: Tensor, experts: Tensor, num_classes: int,
@@ -46,6 +47,7 @@ def gathered_head_logits(heads: nn.ModuleList, features: Tensor, experts: Tensor
     are written to a spare column that is dropped. ``trained``'s head is used live, so gradients reach it.
     """
     weight, bias, columns = stacked_heads(heads, trained)
+    features = features.to(weight.dtype)  # a bfloat16 backbone's, up to the heads' float32
     outputs = torch.baddbmm(bias.index_select(0, experts).unsqueeze(2), weight.index_select(0, experts),
                             features.unsqueeze(2)).squeeze(2)
     columns = columns.index_select(0, experts)

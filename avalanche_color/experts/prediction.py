@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from avalanche_color.experts.heads import gathered_head_logits
+from avalanche_color.lora.dtypes import trained_dtype
 from avalanche_color.lora.segments import ExpertSelection, Segments
 
 # features(x, experts, trained) -> (batch, num_features): a routed model's backbone pass with experts.
@@ -99,8 +100,9 @@ def _segment_logits(features: Features, heads: nn.ModuleList, num_classes: int, 
 
 
 def _head_logits(heads: nn.ModuleList, pooled: Tensor, segments: Segments, num_classes: int) -> Tensor:
-    """Each expert's head on its run of ``pooled``, written to its classes; -inf elsewhere."""
-    logits = pooled.new_full((pooled.shape[0], num_classes), float("-inf"))
+    """Each expert's head on its run of ``pooled``, written to its classes; -inf elsewhere. The logits are in
+    the heads' dtype (float32 beside a bfloat16 backbone, see :mod:`avalanche_color.lora.dtypes`)."""
+    logits = pooled.new_full((pooled.shape[0], num_classes), float("-inf"), dtype=trained_dtype(pooled.dtype))
     for expert, run in segments:
         head = heads[expert]
         logits[run, head.classes] = head(pooled[run]).to(logits.dtype)  # under autocast the head may differ

@@ -28,6 +28,7 @@ from avalanche_color.experts.heads import ExpertHead, check_classes
 from avalanche_color.experts.prediction import MixedKernel, check_experts, predict
 from avalanche_color.experts.pretrained import from_pretrained, save_pretrained
 from avalanche_color.experts.stored_state import check_stored_shapes, renamed_keys, stored_expert_classes
+from avalanche_color.lora.dtypes import trained_dtype
 from avalanche_color.lora.segments import ExpertSelection
 from avalanche_color.routing.eval_cache import EvalCache
 from avalanche_color.routing.routers import make_router
@@ -122,7 +123,7 @@ class RoutedExpertViT(ExpertRouting, MultiTaskModule):
         """Add an expert for ``classes``; it is the one that trains (every other is frozen). Returns its index."""
         check_classes(classes)  # before anything is made
         modules = self.new_expert_modules()  # before the head: the order the initialisations draw in
-        head = ExpertHead(self.num_features, classes).to(self.device, backbone_dtype(self.backbone))
+        head = ExpertHead(self.num_features, classes).to(self.device, trained_dtype(backbone_dtype(self.backbone)))
         known = self._head_classes
         index = self.bank.start_expert(modules, head, experience, task)
         if known is not None and known[0] == len(self.bank.heads) - 1:  # the class count from the ids given

@@ -24,6 +24,10 @@ expert's A and B are stacked (cached, :mod:`avalanche_color.lora.stacked`), each
 gathered by its index and applied with two batched matmuls. Its kernels do not grow with the
 number of experts, its shapes are fixed and it needs no host sync (for GPUs, CUDA graphs and
 ``torch.compile``); on a CPU the runs of a sorted batch are faster.
+
+The experts are float32 on a bfloat16 or float16 backbone (:mod:`avalanche_color.lora.dtypes`), so that
+SGD's small updates are kept; every kernel casts their factors to the tokens' dtype (or autocast's) when
+it uses them, as autocast casts a linear layer's weight: on a float32 backbone nothing is cast.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
+from avalanche_color.lora.dtypes import trained_dtype
 from avalanche_color.lora.qv_low_rank import QVLowRankLinear, _add_qv_update_
 from avalanche_color.lora.segments import ExpertSelection
 from avalanche_color.lora.stacked import cached_stacks, pad_dim, source_key, with_live_slot
@@ -95,9 +100,11 @@ class QKVExperts(nn.Module):
         return self.base_layer.in_features
 
     def new_expert(self, rank: int, alpha: float) -> QVLoRA:
-        """A new expert for this layer (on its device, in its dtype), not yet added."""
+        """A new expert for this layer (on its device), not yet added: float32 on a bfloat16 or float16 layer
+        (see :mod:`avalanche_color.lora.dtypes`), else in the layer's dtype."""
         weight = self.base_layer.weight
-        return QVLoRA(self.in_features, self.head_width, rank, alpha).to(device=weight.device, dtype=weight.dtype)
+        return QVLoRA(self.in_features, self.head_width, rank, alpha).to(device=weight.device,
+                                                                        dtype=trained_dtype(weight.dtype))
 
     def add_expert(self, rank: int, alpha: float) -> QVLoRA:
         """Add a new expert; its index is its position in :attr:`experts`."""
@@ -133,7 +140,7 @@ class QKVExperts(nn.Module):
                 trained_run = run
                 continue
             expert = self.experts[e]
-            low = (x[run].reshape(-1, x.shape[-1]) @ expert.down().T).to(out.dtype)
+            low = (x[run].reshape(-1, x.shape[-1]) @ expert.down().to(x.dtype).T).to(out.dtype)
             _add_qv_update_(out[run].view(-1, out.shape[-1]), low, expert.B.to(out.dtype), expert.scaling)
         if trained_run is None:
             return out
@@ -146,8 +153,8 @@ class QKVExperts(nn.Module):
     def merged_weight(self, expert: int) -> Tensor:
         """The qkv weight with ``expert``'s q and v updates folded in."""
         d = self.head_width
-        delta = self.experts[expert].delta_weight()
         weight = self.base_layer.weight
+        delta = self.experts[expert].delta_weight().to(weight.dtype)
         return torch.cat((weight[:d] + delta[0], weight[d : 2 * d], weight[2 * d :] + delta[1]))
 
     def _gathered_forward(self, x: Tensor, experts: Tensor, trained: Optional[int]) -> Tensor:
@@ -161,9 +168,12 @@ class QKVExperts(nn.Module):
         tokens = math.prod(x.shape[1:-1])
         down, up = self.stacked_factors(trained)  # (E, 2r, in) and (E, 2, r, d), scaling in up
         rank = down.shape[1] // 2
-        low = torch.bmm(x.reshape(batch, tokens, width), down.index_select(0, experts).transpose(1, 2))
+        # Gathered in the experts' dtype, then cast to the tokens' (as autocast casts them), so that the trained
+        # expert's gradient is summed over its samples in float32 beside a bfloat16 backbone too.
+        down, up = down.index_select(0, experts).to(x.dtype), up.index_select(0, experts).to(x.dtype)
+        low = torch.bmm(x.reshape(batch, tokens, width), down.transpose(1, 2))
         # (batch, 2, tokens, r) @ (batch, 2, r, d): q and v in one batched matmul.
-        update = torch.matmul(low.view(batch, tokens, 2, rank).transpose(1, 2), up.index_select(0, experts))
+        update = torch.matmul(low.view(batch, tokens, 2, rank).transpose(1, 2), up)
         qv_columns = out.view(batch, tokens, 3, self.head_width)[:, :, ::2]  # (batch, tokens, 2, d), a view
         qv_columns.add_(update.transpose(1, 2).to(out.dtype))
         return out
@@ -192,6 +202,7 @@ class QKVExperts(nn.Module):
         """``base(x)`` plus ``expert``'s q and v updates, differentiable (see :class:`QVLowRankLinear`)."""
         weight, bias = self.base_layer.weight, self.base_layer.bias
         device_type = x.device.type
+        # A and B are float32 (lora.dtypes); a custom Function gets one dtype: the tokens', or autocast's.
         if torch.is_autocast_enabled(device_type):
             # Autocast does not reach inside a custom Function: cast as it would cast a
             # linear layer (everything to the autocast dtype), then compute in that dtype.
@@ -200,7 +211,7 @@ class QKVExperts(nn.Module):
                 cast = lambda t: None if t is None else t.to(dtype)  # noqa: E731
                 return QVLowRankLinear.apply(cast(x), cast(weight), cast(bias), cast(expert.A), cast(expert.B),
                                              expert.scaling)
-        return QVLowRankLinear.apply(x, weight, bias, expert.A, expert.B, expert.scaling)
+        return QVLowRankLinear.apply(x, weight, bias, expert.A.to(x.dtype), expert.B.to(x.dtype), expert.scaling)
 
 
 def _padded_down(expert: QVLoRA, rank: int) -> Tensor:
