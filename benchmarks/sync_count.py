@@ -8,7 +8,7 @@ from collections import Counter
 from typing import Any, Callable
 
 PRECISIONS = ("32-true", "bf16-mixed")
-STRATEGIES = ("CoLoR", "CoLoR-cached", "S-Prompts", "L2P", "SD-LoRA", "InfLoRA")
+STRATEGIES = ("CoLoR", "CoLoR-cached", "S-Prompts", "L2P", "SD-LoRA", "InfLoRA", "LoRA-Sub", "CL-LoRA")
 
 
 class SyncWindows:
@@ -68,7 +68,7 @@ def tiny_strategies(device: str, precision: str, plugin: Any) -> dict[str, Any]:
     from avalanche.training.plugins import EvaluationPlugin
     from timm.models.vision_transformer import VisionTransformer
 
-    from avalanche_color import L2P, CoLoR, InfLoRA, SDLoRA, SPrompts
+    from avalanche_color import L2P, CLLoRA, CoLoR, InfLoRA, LoRASubtraction, SDLoRA, SPrompts
     from avalanche_color.evaluation.routing_accuracy import routing_accuracy_metrics
 
     def vit(pooling: str = "token") -> VisionTransformer:
@@ -87,6 +87,8 @@ def tiny_strategies(device: str, precision: str, plugin: Any) -> dict[str, Any]:
         "L2P": lambda: L2P(vit(), pool_size=4, prompt_length=2, top_n=2, evaluator=evaluator(), **common),
         "SD-LoRA": lambda: SDLoRA(vit("avg"), rank=2, evaluator=evaluator(), **common),
         "InfLoRA": lambda: InfLoRA(vit("avg"), rank=2, evaluator=evaluator(), **common),
+        "LoRA-Sub": lambda: LoRASubtraction(vit("avg"), rank=2, evaluator=evaluator(), **common),
+        "CL-LoRA": lambda: CLLoRA(vit("avg"), rank=2, evaluator=evaluator(), **common),
     }
 
 
