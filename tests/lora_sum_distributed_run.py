@@ -1,4 +1,5 @@
-"""One rank of the 2-process SD-LoRA / InfLoRA / LoRA subtraction test (launched by torchrun from lora_sum_torchrun.py).
+"""One rank of the 2-process SD-LoRA / InfLoRA / LoRA subtraction / CL-LoRA test (launched by torchrun from
+lora_sum_torchrun.py).
 
 Usage: torchrun --standalone --nproc_per_node=2 tests/lora_sum_distributed_run.py OUT_DIR METHOD TRAIN_MB_SIZE [OPTIONS]
 OPTIONS: the strategy's options as a JSON object (none by default).
@@ -18,12 +19,12 @@ torch.set_num_threads(1)
 
 from avalanche.distributed import DistributedHelper  # noqa: E402
 
-from avalanche_color import InfLoRA, LoRASubtraction, SDLoRA  # noqa: E402
+from avalanche_color import CLLoRA, InfLoRA, LoRASubtraction, SDLoRA  # noqa: E402
 from avalanche_color.training.distributed import init_distributed  # noqa: E402
 from helpers import SeenLabels  # noqa: E402
 from lora_sum_torchrun import distributed_run  # noqa: E402
 
-STRATEGIES = {"SDLoRA": SDLoRA, "InfLoRA": InfLoRA, "LoRASubtraction": LoRASubtraction}
+STRATEGIES = {"SDLoRA": SDLoRA, "InfLoRA": InfLoRA, "LoRASubtraction": LoRASubtraction, "CLLoRA": CLLoRA}
 
 
 def main(out: Path, method: str, train_mb_size: int, options: dict) -> None:

@@ -1,11 +1,11 @@
-"""SD-LoRA, InfLoRA and LoRA subtraction under torchrun: 2 CPU processes (gloo) against one process on the
-same data.
+"""SD-LoRA, InfLoRA, LoRA subtraction and CL-LoRA under torchrun: 2 CPU processes (gloo) against one process
+on the same data.
 
 One full-experience batch per step (the whole experience in one process, half of it on each
-rank): DDP's mean of the ranks' mean gradients is the one process's gradient, so the runs take
-the same steps and must end in the same state, up to the order of float sums. That holds for a loss
-that is a mean over samples; LoRA subtraction's triplet loss, whose hardest pairs are searched within
-the batch each rank holds, is not (tests/test_lora_sub_torchrun.py).
+rank): the mean of the ranks' mean gradients (DDP's; CL-LoRA's own, outside DDP) is the one process's
+gradient, so the runs take the same steps and must end in the same state, up to the order of float sums.
+That holds for a loss that is a mean over samples; LoRA subtraction's triplet loss, whose hardest pairs are
+searched over the whole batch, gathers every rank's features first (tests/test_lora_sub_torchrun.py).
 """
 
 from __future__ import annotations

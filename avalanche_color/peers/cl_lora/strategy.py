@@ -7,9 +7,10 @@ annealed per epoch to 0; the cross-entropy of the proxy head over the experience
 second experience on, the distillation of the shared blocks and two SGD steps per batch
 (:mod:`~avalanche_color.peers.cl_lora.steps`); at the experience's end its class prototypes
 (:mod:`~avalanche_color.peers.cl_lora.prototypes`), then everything of it is frozen.
-Our choice: both steps' gradients at the batch's parameters (the code's literal sequence fails on
-current torch). Not for torchrun: the training steps run without DDP (as L2P's), so ranks would not
-synchronise; run it in one process.
+Our choices: both steps' gradients at the batch's parameters (the code's literal sequence fails on
+current torch). Under torchrun the steps run without DDP: each step's gradients are averaged over the
+ranks before it (:func:`~avalanche_color.training.distributed.average_gradients`), and the prototype
+pass runs over the experience's whole data on every rank, so the ranks stay equal to one process.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from avalanche_color.peers.cl_lora.model import CLLoRAViT
 from avalanche_color.peers.cl_lora.prototypes import collate_options, experience_prototypes
 from avalanche_color.peers.cl_lora.steps import annealing_per_epoch, set_gradients, two_step_gradients
 from avalanche_color.training.configured_strategy import ConfiguredStrategy
+from avalanche_color.training.distributed import average_gradients
 from avalanche_color.training.loaders import data_loader, loader_options
 from avalanche_color.training.plugin_compatibility import LORA_SUM
 from avalanche_color.utils.experiences import ends_experience, origin_experience
@@ -92,7 +94,9 @@ class CLLoRA(ConfiguredStrategy):
     incompatible_plugins = CL_LORA_PLUGINS
     optimizer_description = "SGD over the shared up projections, the new adapters, block weights and proxy head"
     optimizer_options = ("lr", "momentum", "weight_decay")
-    trains_distributed = False  # two steps per batch from gradients taken with autograd.grad, no DDP
+    # Not through DDP: two steps per batch from gradients taken with autograd.grad, which DDP's hooks
+    # would not reduce; backward() averages them over the ranks itself.
+    trains_distributed = False
     # In training: the distillation loss of the batch (step 1's), its student's and teacher's features.
     kd_loss: Optional[Tensor] = None
     _student: Optional[Tensor] = None
@@ -177,13 +181,18 @@ class CLLoRA(ConfiguredStrategy):
         return loss + self.config.ortho_weight * ortho
 
     def backward(self) -> None:
-        if self.kd_loss is None:
-            return super().backward()
+        """The batch's gradients, under torchrun averaged over the ranks (one list per step). Each term is a
+        mean over this rank's samples (the cross-entropy, the distillation) or the same on every rank (the
+        orthogonality of the block weights), so the ranks' mean is the whole batch's gradient."""
         parameters = list(self.model.trainable_parameters())
+        if self.kd_loss is None:
+            super().backward()
+            return set_gradients(parameters, average_gradients([p.grad for p in parameters]))
         bank = self.model.adapters
-        self._kd_gradients, second = two_step_gradients(parameters, self.loss, self.kd_loss,
-                                                        [adapter.up for adapter in bank.shared], bank.teacher_up)
-        set_gradients(parameters, second)  # what plugins see as the batch's gradient
+        first, second = two_step_gradients(parameters, self.loss, self.kd_loss,
+                                           [adapter.up for adapter in bank.shared], bank.teacher_up)
+        self._kd_gradients = average_gradients(first)
+        set_gradients(parameters, average_gradients(second))  # what plugins see as the batch's gradient
 
     def optimizer_step(self) -> None:
         if self.kd_loss is None:

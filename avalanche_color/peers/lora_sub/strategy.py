@@ -10,7 +10,8 @@ over the experience's classes plus the augmented triplet loss against the stored
 (:mod:`~avalanche_color.peers.lora_sub.triplet_loss`); after it, each of its classes gets its mean
 feature (eval transforms) as a prototype, and evaluation is by the nearest prototype.
 Our choices: the passes run over the experience's whole data on every rank under torchrun and
-leave the random generators as they were; the covariance is summed in float64.
+leave the random generators as they were; the covariance is summed in float64; under torchrun the
+triplet loss searches the batches of all ranks, as one process searches the whole batch.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from avalanche_color.peers.lora_sub.projected_adam import ProjectedAdam
 from avalanche_color.peers.lora_sub.projection import principal_projection
 from avalanche_color.peers.lora_sub.triplet_loss import augmented_triplet_loss
 from avalanche_color.peers.lora_sum.strategy import LoRASumTemplate
+from avalanche_color.training.distributed import gather_padded_rows
 
 
 class LoRASubtraction(LoRASumTemplate):
@@ -184,12 +186,29 @@ class LoRASubtraction(LoRASumTemplate):
 
     def criterion(self) -> Tensor:
         """Training: the cross-entropy over the current classes plus ``triplet_weight`` times the augmented
-        triplet loss of the normalised features against the stored prototypes. Evaluation: over every class."""
+        triplet loss of the normalised features against the stored prototypes (under torchrun: over every
+        rank's batch, :meth:`triplet_batch`). Evaluation: over every class."""
         loss = super().criterion()
         if not self.is_training or self.mb_features is None:
             return loss
         features = self.mb_features.to(torch.promote_types(self.mb_features.dtype, torch.float32))
-        normalised = features / features.norm(dim=1, keepdim=True)
-        triplet = augmented_triplet_loss(normalised, self.mb_y, self.model.prototypes, self.model.prototype_classes,
-                                         self.config.margin, self.config.same_class_prototypes)
+        normalised, labels, real = self.triplet_batch(features / features.norm(dim=1, keepdim=True), self.mb_y)
+        triplet = augmented_triplet_loss(normalised, labels, self.model.prototypes, self.model.prototype_classes,
+                                         self.config.margin, self.config.same_class_prototypes, real)
         return loss + self.config.triplet_weight * triplet
+
+    def triplet_batch(self, normalised: Tensor, labels: Tensor) -> tuple[Tensor, Tensor, Optional[Tensor]]:
+        """The triplet loss's batch: ``(features, labels, real rows)``. In one process this batch (None: every
+        row real); under DDP every rank's batch, each padded to ``train_mb_size`` rows, so the hardest pairs
+        are searched over the whole batch, as in one process.
+
+        Why every sample is an anchor on every rank: each rank then computes the same loss L. The gather's
+        backward sums into a rank's rows what all W ranks' L send them, W dL/df_r; DDP's mean of the ranks'
+        parameter gradients, (1/W) sum_r W dL/df_r df_r/dθ, is dL/dθ, the one process's gradient. The
+        cross-entropy stays local, a mean over this rank's samples that DDP's mean makes the batch's.
+        """
+        if self.ddp_model is None:
+            return normalised, labels, None
+        gathered, real = gather_padded_rows(normalised, self.train_mb_size)
+        all_labels, _ = gather_padded_rows(labels, self.train_mb_size)
+        return gathered, all_labels, real

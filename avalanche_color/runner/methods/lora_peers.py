@@ -13,8 +13,8 @@ subspace's threshold rises from 0.95 to 1.0 over the stream's experiences, as in
 LoRA subtraction (LoRA-Sub) keeps its code's projected Adam (lr 5e-4 for the LoRA weights, 2e-3 for
 its training head) and per-epoch cosine, and predicts by the nearest class mean; under ``--tune lr`` the
 LoRA weights' rate is tuned, the head's stays its code's. CL-LoRA keeps its code's SGD (lr 0.03, momentum
-0.9, weight decay 1e-4) with a per-epoch cosine and its two steps per batch; it trains in one process
-(not under torchrun).
+0.9, weight decay 1e-4) with a per-epoch cosine and its two steps per batch; under torchrun each step's
+gradients are averaged over the ranks.
 
 With ``--preset paper`` (the CoLoR paper's budget: rank, batch, epochs per benchmark, shared by every
 method) each keeps its own code's optimiser settings, the strategies' defaults: SD-LoRA SGD lr 0.008
@@ -82,8 +82,10 @@ METHODS = (
     Method("InfLoRA", _inf_lora_options, _build_inf_lora, lora=True, frozen_backbone=True, distributed=True,
            checkpoint=True, lr_chosen_by="by hand on digits_class at 2 epochs (5e-3; the code's 5e-4 underfits "
                                          "short budgets); --preset paper: its code's 5e-4"),
-    Method("LoRA-Sub", _lora_sub_options, _build_lora_sub, lora=True, frozen_backbone=True, checkpoint=True,
+    Method("LoRA-Sub", _lora_sub_options, _build_lora_sub, lora=True, frozen_backbone=True, distributed=True,
+           checkpoint=True,
            lr_chosen_by="its authors' code (LoRA-Sub-DRS configs/cifar100.json: projected Adam 5e-4, head 2e-3)"),
-    Method("CL-LoRA", _cl_lora_options, _build_cl_lora, lora=True, frozen_backbone=True, checkpoint=True,
+    Method("CL-LoRA", _cl_lora_options, _build_cl_lora, lora=True, frozen_backbone=True, distributed=True,
+           checkpoint=True,
            lr_chosen_by="its authors' code (CL-LoRA exps/cifar.json: SGD 0.03, per-epoch cosine)"),
 )
