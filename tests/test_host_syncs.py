@@ -54,14 +54,6 @@ STRATEGIES = {
 # CL-LoRA's first step of each experience reads its heads' class and experience ids (two tolist, peers/cl_lora/
 # heads.py:66,71, from training_outputs' class_ids): add_experience replaced those buffers, so the kept host copies
 # (utils/host_values) are stale. Fixed by recording them there with keep_host_value: the ids are Python ints already.
-CL_LORA_SYNCS = pytest.mark.xfail(strict=True, reason="CL-LoRA reads its heads' class ids on the host in the first "
-                                                      "step of each experience (peers/cl_lora/heads.py:66,71)")
-
-
-def strategies(*names: str) -> list:
-    return [pytest.param(name, marks=CL_LORA_SYNCS) if name == "CLLoRA" else name for name in names]
-
-
 def count(name: str, experiences: int = 2, eval_mb_size: int = 16, loss_check_every=None) -> HostReads:
     counter = HostReads()
     strategy, stream = STRATEGIES[name](train_epochs=1, train_mb_size=16, eval_mb_size=eval_mb_size,
@@ -82,7 +74,7 @@ def most(windows: list[Counter]) -> int:
     return max(sum(window.values()) for window in windows)
 
 
-@pytest.mark.parametrize("name", strategies(*STRATEGIES))
+@pytest.mark.parametrize("name", list(STRATEGIES))
 def test_a_training_step_and_an_evaluation_batch_stay_within_their_sync_budgets(name, one_thread):
     counter = count(name)
     training, evaluation = counter.per("train"), counter.per("eval")
@@ -93,7 +85,7 @@ def test_a_training_step_and_an_evaluation_batch_stay_within_their_sync_budgets(
     assert most(evaluation) <= budget, [dict(w) for w in evaluation if sum(w.values()) > budget][:2]
 
 
-@pytest.mark.parametrize("name", strategies("CoLoR", "SD-LoRA", "L2P", "LoRASubtraction", "CLLoRA"))
+@pytest.mark.parametrize("name", ["CoLoR", "SD-LoRA", "L2P", "LoRASubtraction", "CLLoRA"])
 def test_with_the_loss_read_every_n_steps_as_on_a_gpu_a_step_reads_nothing(name, one_thread):
     counter = count(name, loss_check_every=50)
     assert most(counter.per("train")) == 0  # the loss is read at each epoch's end, outside any step

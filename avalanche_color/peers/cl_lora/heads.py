@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from avalanche_color.peers.cl_lora.losses import cosine_logits
-from avalanche_color.utils.host_values import host_value
+from avalanche_color.utils.host_values import host_value, keep_host_value
 
 
 class ExperienceHeads(nn.Module):
@@ -48,10 +48,18 @@ class ExperienceHeads(nn.Module):
         weight = (torch.rand(len(classes), like.shape[1], generator=generator, dtype=torch.float64) * 2 - 1) * bound
         self.proxy_weights.append(nn.Parameter(weight.to(like.device, like.dtype)))
         self.proxy_sigmas.append(nn.Parameter(like.new_ones(1)))
+        # The new rows are known on the host: kept beside the grown buffers, so that the experience's
+        # first training step reads none of them back from the device.
+        finished = self.finished_experiences() + [False]
+        row_classes = host_value(self, "classes", self.row_classes, lambda t: t.tolist()) + list(classes)
+        row_experience = host_value(self, "rows", self.row_experience, lambda t: t.tolist()) + [e] * len(classes)
         self.finished = torch.cat((self.finished, self.finished.new_zeros(1)))
         self.row_classes = torch.cat((self.row_classes, torch.tensor(classes, device=like.device)))
         self.row_experience = torch.cat((self.row_experience, self.row_experience.new_full((len(classes),), e)))
         self.prototypes = torch.cat((self.prototypes, like.new_zeros(len(classes), like.shape[1])))
+        keep_host_value(self, "finished", self.finished, finished)
+        keep_host_value(self, "classes", self.row_classes, row_classes)
+        keep_host_value(self, "rows", self.row_experience, row_experience)
 
     def finished_experiences(self) -> list[bool]:
         """Per experience, whether it is finished (read on the host once per change)."""
