@@ -164,11 +164,13 @@ def check_pretrained_round_trip(strategy_class, model_class, tmp_path: Path) -> 
         model_class.from_pretrained(tmp_path / "saved", tiny_vit(0))
 
 
-def check_dtype(strategy_class, dtype: torch.dtype, tmp_path: Path) -> None:
-    """A backbone in ``dtype`` trains and evaluates in it (images of another precision are converted),
-    and learns as the float32 run does."""
+def check_dtype(strategy_class, dtype: torch.dtype, tmp_path: Path, trained: torch.dtype | None = None) -> None:
+    """A backbone in ``dtype`` trains and evaluates (images of another precision are converted), and learns as
+    the float32 run does. The learned weights (:meth:`experts_state_dict`) and the logits are in ``trained``
+    (None: ``dtype``, the weights following the backbone); the frozen backbone stays in ``dtype``."""
     import drop_in_cases as cases
 
+    trained = dtype if trained is None else trained
     accuracies = {}
     for precision in (torch.float32, dtype):
         strategy = tiny(strategy_class, vit=tiny_vit(0).to(precision), train_epochs=3)
@@ -177,8 +179,10 @@ def check_dtype(strategy_class, dtype: torch.dtype, tmp_path: Path) -> None:
     images = torch.stack([sample[0] for sample in cases.nc(tmp_path).test_stream[0].dataset])
     with torch.no_grad():
         logits = model(images)
-    assert logits.dtype == dtype and bool(logits.isfinite().all())
-    assert {p.dtype for p in model.parameters()} == {dtype}
+    assert logits.dtype == trained and bool(logits.isfinite().all())
+    learned = model.experts_state_dict()
+    assert {p.dtype for name, p in model.named_parameters() if name in learned} == {trained}
+    assert {p.dtype for name, p in model.named_parameters() if name not in learned} == {dtype}
     assert accuracies[torch.float32] > cases.LEARNED
     assert abs(accuracies[dtype] - accuracies[torch.float32]) <= 0.1, accuracies
 

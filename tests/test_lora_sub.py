@@ -490,7 +490,6 @@ def test_a_float64_backbone_trains_and_evaluates_in_float64(tmp_path):
     check_dtype(LoRASubtraction, torch.float64, tmp_path)
 
 
-@pytest.mark.filterwarnings("ignore:LoRASubtraction trains weights in bfloat16")
 @pytest.mark.parametrize("precision, dtype", [("bf16-mixed", torch.float32), ("16-mixed", torch.float32),
                                               ("32-true", torch.bfloat16)])
 def test_narrow_precisions_train_and_score_nearest_means_in_float32(precision, dtype):

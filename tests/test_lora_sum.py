@@ -8,6 +8,7 @@ import torch
 
 import drop_in_cases
 from avalanche_color import InfLoRA, InfLoRAConfig, InfLoRAViT, SDLoRA, SDLoRAConfig, SDLoRAViT
+from avalanche_color.lora.dtypes import trained_dtype
 from avalanche_color.peers.lora_sum.layer import LoRASumQKV, Mixing
 from lora_sum_cases import (check_bad_options_are_refused, check_dtype, check_loader_options_reach_every_loader,
                             check_model_first_and_positional_warnings_as_avalanche,
@@ -45,7 +46,8 @@ def test_save_pretrained_from_pretrained_predicts_identically(strategy, model_cl
 @STRATEGIES
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
 def test_backbone_dtype(strategy, dtype, tmp_path):
-    check_dtype(strategy, dtype, tmp_path)
+    # Components, magnitudes and head float32 beside a bfloat16 or float16 ViT, float64 beside a float64 one.
+    check_dtype(strategy, dtype, tmp_path, trained=trained_dtype(dtype))
 
 
 @STRATEGIES

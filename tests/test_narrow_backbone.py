@@ -1,5 +1,6 @@
 """A ViT cast to bfloat16: CoLoR's experts and heads stay float32 (avalanche_color.lora.dtypes), every kernel runs
-with or without autocast, SGD's small updates are kept, and a short training ends where a float32 ViT's does."""
+with or without autocast, SGD's small updates are kept, and a short training ends where a float32 ViT's does.
+The LoRA-sum layer (SD-LoRA, InfLoRA, LoRA subtraction) and L2P's pool and head keep float32 weights likewise."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from torch import nn
 
 from avalanche_color import CoLoR, ExpertViT, SPrompts
 from avalanche_color.lora.dtypes import trained_dtype
+from avalanche_color.peers.l2p.model import L2PViT
+from avalanche_color.peers.lora_sum.layer import LoRASumQKV, Mixing
 from helpers import quiet_evaluator, stream_metric, train_all
 from streams import class_stream, tiny_vit
 
@@ -148,3 +151,54 @@ def test_the_model_of_a_bfloat16_backbone_needs_no_autocast():
     assert trained.dtype == given.dtype == torch.float32
     assert bool(trained[:, 3:5].isfinite().all()) and bool((trained[:, :3] == float("-inf")).all())
     assert given.isfinite().sum(1).tolist() == [2, 3, 2, 3, 3, 2]
+
+
+def lora_sum_layer(dtype: torch.dtype) -> LoRASumQKV:
+    """A qkv layer in ``dtype`` with two components: B drawn away from zero; component 1 runs low-rank."""
+    torch.manual_seed(0)
+    layer = LoRASumQKV(nn.Linear(16, 48).to(dtype), ("q", "v"))
+    for _ in range(2):
+        layer.add_component(rank=2)
+    with torch.no_grad():
+        for component in layer.components:
+            component.B.copy_(torch.randn(component.B.shape) * 0.1)
+    return layer
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_lora_sum_components_are_float32_on_a_bfloat16_layer_and_compute_what_a_float32_layer_does(autocast):
+    full, narrow = lora_sum_layer(torch.float32), lora_sum_layer(BF16)
+    assert {p.dtype for p in narrow.components.parameters()} == {torch.float32}
+    assert narrow.base_layer.weight.dtype == BF16
+    mixing = Mixing(magnitudes=[torch.tensor(0.8), torch.tensor(1.5)], normalised=[True, False], low_rank=frozenset({1}))
+    x = torch.randn(4, 5, 16, generator=torch.Generator().manual_seed(1))
+    with torch.autocast("cpu", dtype=BF16, enabled=autocast):
+        out = narrow(x.to(BF16), mixing)
+    reference = full(x, mixing)
+    assert out.dtype == BF16
+    # Folded (component 0) and low-rank (component 1) in bfloat16: within 4 of its steps of the largest output.
+    scale = float(reference.detach().abs().max())
+    torch.testing.assert_close(out.float(), reference, rtol=0, atol=4 * 2**-8 * scale)
+    # The low-rank component's gradient reaches its float32 factors.
+    out.float().square().sum().backward()
+    reference.square().sum().backward()
+    for name in ("A", "B"):
+        grad, expected = getattr(narrow.components[1], name).grad, getattr(full.components[1], name).grad
+        assert grad.dtype == torch.float32
+        torch.testing.assert_close(grad, expected, rtol=0, atol=0.05 * float(expected.abs().max()))
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_l2p_on_a_bfloat16_vit_keeps_float32_prompts_keys_and_head(autocast):
+    model = L2PViT(tiny_vit(0).to(BF16), pool_size=4, prompt_length=2, top_n=2)
+    model.learn_classes([0, 1, 2])
+    assert {p.dtype for p in model.trainable_parameters()} == {torch.float32}
+    with torch.autocast("cpu", dtype=BF16, enabled=autocast):
+        query, selection = model.train().select_prompts(images())
+        logits = model(images(), selection)
+        loss = nn.functional.cross_entropy(logits, torch.arange(6) % 3) + model.pool.surrogate_loss(query, selection)
+    assert logits.dtype == (BF16 if autocast else torch.float32)  # autocast's linear is bfloat16, as on a float32 ViT
+    loss.backward()
+    for parameter in model.trainable_parameters():  # prompts, keys, head: float32 gradients, some nonzero
+        assert parameter.grad is not None and parameter.grad.dtype == torch.float32
+        assert bool(parameter.grad.abs().sum() > 0)

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from avalanche_color.peers.l2p.config import L2PModelOptions
 from avalanche_color.experts.backbone import (backbone_dtype, backbone_images, check_experience_images,
                                               check_vision_transformer)
+from avalanche_color.lora.dtypes import trained_dtype
 from avalanche_color.peers.l2p.prompt_pool import PromptPool
 from avalanche_color.peers.prompts import drop_prompts, prompt_outputs, prompt_width, prompted_tokens
 from avalanche_color.utils.experiences import experience_classes
@@ -52,7 +53,8 @@ class GrowingHead(nn.Module):
         self.bias = nn.Parameter(torch.cat((self.bias.detach(), new_bias)))
 
     def forward(self, features: Tensor) -> Tensor:
-        return nn.functional.linear(features, self.weight, self.bias)
+        """Logits in the head's dtype (float32 beside a bfloat16 backbone: its features are cast up)."""
+        return nn.functional.linear(features.to(self.weight.dtype), self.weight, self.bias)
 
 
 class L2PViT(DynamicModule):
@@ -84,8 +86,10 @@ class L2PViT(DynamicModule):
         check_vision_transformer(vit)
         self.config = config = L2PModelOptions.build(config, **options)
         self.backbone = vit.requires_grad_(False).eval()
-        device, dtype = vit.patch_embed.proj.weight.device, backbone_dtype(vit)
-        # The pool and the head compute in the backbone's dtype (bfloat16, float64, ...).
+        device, dtype = vit.patch_embed.proj.weight.device, trained_dtype(backbone_dtype(vit))
+        # The pool and the head are float32 beside a bfloat16 backbone (lora.dtypes), in its dtype beside a float64
+        # one: the prompts are cast to the tokens' dtype where inserted, the queries and features up to the keys'
+        # and the head's, so the logits are float32.
         self.pool = PromptPool(config.pool_size, config.prompt_length, prompt_width(vit), int(vit.num_features),
                                config.prompt_init).to(device, dtype)
         head_width = prompt_width(vit) if config.head_input == "prompts" else int(vit.num_features)

@@ -45,7 +45,9 @@ class PromptPool(nn.Module):
         return self.prompts.shape[1]
 
     def similarity(self, query: Tensor) -> Tensor:
-        """(batch, M) cosine similarity of each query (batch, width) to each key."""
+        """(batch, M) cosine similarity of each query (batch, width) to each key, in the keys' dtype (a bfloat16
+        backbone's query is cast up to float32 keys)."""
+        query = query.to(self.keys.dtype)
         return nn.functional.normalize(query, dim=-1) @ nn.functional.normalize(self.keys, dim=-1).T
 
     def select(self, query: Tensor, top_n: int, *, batchwise: bool = False) -> Tensor:

@@ -131,7 +131,8 @@ class L2P(ConfiguredStrategy):
                 only; -1: never.
             precision: ``"32-true"`` (float32); ``"bf16-mixed"`` or ``"16-mixed"``: each forward and its loss
                 under bfloat16 or float16 autocast, the trained weights kept float32 (float16 with a gradient
-                scaler; see :mod:`avalanche_color.training.precision`). Give the ViT in float32.
+                scaler; see :mod:`avalanche_color.training.precision`). A ViT given in bfloat16 stays so (half its
+                memory); the prompt pool, keys and head are float32 beside it all the same.
             num_workers: DataLoader worker processes of every loader (0: in this process).
             pin_memory: page-locked batches; None: when the device is CUDA.
             persistent_workers: keep the workers between epochs (needs ``num_workers`` >= 1).

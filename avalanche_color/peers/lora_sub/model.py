@@ -145,7 +145,7 @@ class LoRASubtractionViT(LoRASumViT):
 
     def head_logits(self, features: Tensor) -> Tensor:
         """The training head's logits over every class id seen (``-inf`` for classes never trained)."""
-        logits = nn.functional.linear(features, self.head_weight, self.head_bias)
+        logits = nn.functional.linear(features.to(self.head_weight.dtype), self.head_weight, self.head_bias)
         logits = logits.masked_fill(~self.trained_classes, float("-inf"))
         missing = self.num_classes - logits.shape[1]
         return nn.functional.pad(logits, (0, missing), value=float("-inf")) if missing else logits

@@ -14,6 +14,11 @@ Which components run low-rank is an argument (:attr:`Mixing.low_rank`: those who
 every other one is folded into the weight (one matmul, a d x r x d product per component and
 forward, nothing per sample; gradients still reach its coefficient through the fold). Nothing is
 read from ``requires_grad`` or the grad mode, so the same call computes the same way everywhere.
+
+The components are float32 on a bfloat16 or float16 layer (:mod:`avalanche_color.lora.dtypes`), so that
+SGD's small updates are kept; each forward casts their factors to the dtype they meet (the weight's when
+folded, the tokens' when low-rank), as autocast casts a linear layer's weight: on a float32 or float64
+layer nothing is cast.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Literal, Optional
 import torch
 from torch import Tensor, nn
 
+from avalanche_color.lora.dtypes import trained_dtype
 from avalanche_color.lora.qv_experts import QVLoRA
 
 Part = Literal["q", "k", "v"]
@@ -84,9 +90,11 @@ class LoRASumQKV(nn.Module):
         return self.base_layer.in_features
 
     def add_component(self, rank: int) -> QVLoRA:
-        """A new component (B zeros: the layer's output is unchanged), on the layer's device and dtype."""
+        """A new component (B zeros: the layer's output is unchanged), on the layer's device: float32 on a
+        bfloat16 or float16 layer (see :mod:`avalanche_color.lora.dtypes`), else in the layer's dtype."""
         weight = self.base_layer.weight
-        component = QVLoRA(self.in_features, self.width, rank, alpha=rank).to(weight.device, weight.dtype)
+        component = QVLoRA(self.in_features, self.width, rank, alpha=rank).to(weight.device,
+                                                                              trained_dtype(weight.dtype))
         self.components.append(component)
         return component
 
@@ -124,7 +132,7 @@ class LoRASumQKV(nn.Module):
         if frozen:
             parts = list(weight.split(self.width))
             for index, part in enumerate(self.parts):
-                down = torch.cat([self.components[i].A[index] for i in frozen])
+                down = torch.cat([self.components[i].A[index] for i in frozen]).to(weight.dtype)
                 parts[part] = parts[part] + self._scaled_up(coefficients[index], frozen, index, weight.dtype) @ down
             weight = torch.cat(parts)
         out = nn.functional.linear(x, weight, self.base_layer.bias)
@@ -133,7 +141,7 @@ class LoRASumQKV(nn.Module):
             return out
         pieces = list(out.split(self.width, dim=-1))
         for index, part in enumerate(self.parts):
-            down = torch.cat([self.components[i].A[index] for i in training])  # (sum r_i, in)
+            down = torch.cat([self.components[i].A[index] for i in training]).to(x.dtype)  # (sum r_i, in)
             pieces[part] = pieces[part] + (x @ down.T) @ self._scaled_up(coefficients[index], training, index,
                                                                          x.dtype).T
         return torch.cat(pieces, dim=-1)

@@ -24,10 +24,10 @@ from avalanche.models import DynamicModule
 from torch import Tensor, nn
 
 from avalanche_color.config import Options
-from avalanche_color.experts.backbone import (backbone_dtype, backbone_images, check_experience_images,
-                                              check_vision_transformer)
+from avalanche_color.experts.backbone import backbone_images, check_experience_images, check_vision_transformer
 from avalanche_color.experts.heads import check_classes
 from avalanche_color.lora.blocks import expert_tokens
+from avalanche_color.lora.dtypes import trained_dtype
 from avalanche_color.peers.lora_sum.files import load_folder, save_folder
 from avalanche_color.peers.lora_sum.layer import LoRASumQKV, Mixing, Part
 from avalanche_color.utils.files import PathLike
@@ -66,9 +66,11 @@ class LoRASumViT(DynamicModule):
             block.attn.qkv = LoRASumQKV(block.attn.qkv, self.parts)
         weight = self.backbone.patch_embed.proj.weight
         width = int(self.backbone.num_features)
-        # The head computes in the backbone's dtype (bfloat16, float64, ...); it grows with the classes.
-        self.head_weight = nn.Parameter(weight.new_empty(0, width))
-        self.head_bias = nn.Parameter(weight.new_empty(0))
+        # The head is float32 beside a bfloat16 backbone (lora.dtypes; features are cast up to it, so the
+        # logits are float32), in the backbone's dtype beside a float64 one; it grows with the classes.
+        head_dtype = trained_dtype(weight.dtype)
+        self.head_weight = nn.Parameter(weight.new_empty(0, width, dtype=head_dtype))
+        self.head_bias = nn.Parameter(weight.new_empty(0, dtype=head_dtype))
         self.register_buffer("finished", torch.zeros(0, dtype=torch.bool, device=weight.device))
         self.register_buffer("trained_classes", torch.zeros(0, dtype=torch.bool, device=weight.device))
         self.register_buffer("current_classes", torch.zeros(0, dtype=torch.bool, device=weight.device))
@@ -209,8 +211,9 @@ class LoRASumViT(DynamicModule):
     def forward(self, x: Tensor) -> Tensor:
         """Logits over every class id seen (``-inf`` for classes never trained)."""
         if not self.any_trained():  # Avalanche may evaluate before the first experience
-            return x.new_zeros(x.shape[0], self.num_classes, dtype=backbone_dtype(self.backbone))
-        logits = nn.functional.linear(self.features(x), self.head_weight, self.head_bias)
+            return x.new_zeros(x.shape[0], self.num_classes, dtype=self.head_weight.dtype)
+        features = self.features(x).to(self.head_weight.dtype)  # a bfloat16 backbone's, up to the head's float32
+        logits = nn.functional.linear(features, self.head_weight, self.head_bias)
         logits = logits.masked_fill(~self.trained_classes, float("-inf"))
         missing = self.num_classes - logits.shape[1]  # classes of adapted experiences never trained
         return nn.functional.pad(logits, (0, missing), value=float("-inf")) if missing else logits

@@ -75,7 +75,7 @@ class SDLoRAViT(LoRASumViT):
             with torch.no_grad():
                 for magnitude in self.magnitudes:
                     magnitude.fill_(self.config.magnitude_init)
-        weight = self.head_weight
+        weight = self.head_weight  # in trained_dtype (lora.dtypes): float32 beside a bfloat16 backbone
         self.magnitudes.append(nn.Parameter(torch.full((), self.config.magnitude_init, dtype=weight.dtype,
                                                        device=weight.device)))
 
