@@ -49,6 +49,7 @@ VARIANTS: dict[str, tuple[type, dict[str, dict[str, Any]]]] = {
     "S-Prompts": (SPrompts, {
         "L1 routing (its code, default)": {},
         "Euclidean routing (CoLoR's)": dict(distance="euclidean"),
+        "cosine per epoch (its code)": dict(lr_schedule="epoch_cosine"),
     }),
     "L2P": (L2P, {
         "as Avalanche's port (default)": {},
@@ -57,6 +58,7 @@ VARIANTS: dict[str, tuple[type, dict[str, dict[str, Any]]]] = {
         "batchwise prompts, training only": dict(batchwise_selection="training"),
         "lr x batch / 256 (code)": dict(lr_batch_scaling=True),
         "all three (code)": L2P_CODE,
+        "prompts start at zero (keys U[-1, 1])": dict(prompt_init="zero"),
     }),
     "LoRA-Sub": (LoRASubtraction, {
         "as its code (default)": {},

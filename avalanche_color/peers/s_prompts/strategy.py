@@ -11,7 +11,7 @@ from avalanche.training.plugins.evaluation import default_evaluator
 from torch import nn
 
 from avalanche_color.config import Distance, Precision, PrototypeData, Router, RoutingFeatures
-from avalanche_color.peers.s_prompts.config import PromptOptions, SPromptsConfig
+from avalanche_color.peers.s_prompts.config import PromptOptions, Schedule, SPromptsConfig
 from avalanche_color.peers.s_prompts.model import PromptExpertViT
 from avalanche_color.training.template import RoutedExpertsTemplate
 
@@ -26,6 +26,8 @@ class SPrompts(RoutedExpertsTemplate):
     frozen backbone's features after each experience, nearest-prototype routing
     per sample at evaluation, by L1 distance as S-Prompts' own code
     (``distance="euclidean"``: CoLoR's).
+
+    ``lr_schedule="epoch_cosine"``: the cosine per epoch of S-Prompts' code instead.
 
     Defaults: prompt length 10, lr 0.01, SGD momentum 0.9, weight decay 2e-4, batch 128
     (S-Prompts' published configs); k 5 (S-Prompts' and the CoLoR paper's choice for
@@ -61,6 +63,7 @@ class SPrompts(RoutedExpertsTemplate):
         lr: float = 0.01,
         momentum: float = 0.9,
         weight_decay: float = 2e-4,
+        lr_schedule: Schedule = "cosine",
         train_mb_size: int = 128,
         train_epochs: int = 50,
         eval_mb_size: int = 128,
@@ -107,9 +110,13 @@ class SPrompts(RoutedExpertsTemplate):
             prototype_batch_size: batch size of the embedding pass; None: ``eval_mb_size``.
             prototypes_per_class: this many k-means centres within each class of the experience
                 instead of ``k`` over the whole experience; None: off.
-            lr: SGD's learning rate, cosine-annealed over each experience.
+            lr: SGD's learning rate, cosine-annealed over each experience (as ``lr_schedule``).
             momentum: SGD's momentum.
             weight_decay: SGD's weight decay.
+            lr_schedule: ``"cosine"``: annealed to zero over each experience's steps, stepping after every
+                optimiser step (CoLoR's); ``"epoch_cosine"``: as S-Prompts' code, ``CosineAnnealingLR(T_max=epochs)``
+                stepped after each epoch: epoch e of E at ``lr (1 + cos(pi e / E)) / 2``, the first at lr, the
+                last above zero (9.5% of lr for 5 epochs).
             train_mb_size: training mini-batch size.
             train_epochs: epochs per experience.
             eval_mb_size: evaluation mini-batch size.
@@ -134,3 +141,9 @@ class SPrompts(RoutedExpertsTemplate):
         options = {name: value for name, value in locals().items() if name in SPromptsConfig.names()}
         super().__init__(model=model, config=config, options=options, criterion=criterion, device=device,
                          plugins=plugins, evaluator=evaluator, template_options=kwargs)
+
+    def make_optimizer(self, **kwargs: Any) -> None:
+        """The template's SGD over the new expert, with the schedule ``lr_schedule`` names."""
+        super().make_optimizer(**kwargs)
+        if self.config.lr_schedule == "epoch_cosine":
+            self.restart_cosine_per_epoch()
