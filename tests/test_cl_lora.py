@@ -13,6 +13,7 @@ from avalanche.core import SupervisedPlugin
 from torch.func import functional_call
 from torch.nn import functional as F
 
+from avalanche_color.lora.dtypes import trained_dtype
 from avalanche_color.peers.cl_lora.config import CLLoRAConfig
 from avalanche_color.peers.cl_lora.layer import CLLoRAQKV, QVUpdate
 from avalanche_color.peers.cl_lora.losses import (cosine_logits, distillation_loss, orthogonality_loss,
@@ -510,7 +511,7 @@ def test_bf16_mixed_trains_and_keeps_the_trained_weights_float32():
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
 def test_backbone_dtype(dtype, tmp_path):
-    check_dtype(CLLoRA, dtype, tmp_path)
+    check_dtype(CLLoRA, dtype, tmp_path, trained=trained_dtype(dtype))  # float32 beside a narrow ViT
 
 
 def test_periodic_evaluation_inside_an_experience_scores_the_finished_ones_only():

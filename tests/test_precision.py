@@ -1,6 +1,6 @@
 """precision= on every strategy: bf16-mixed trains as float32 does, the trained weights stay float32,
-16-mixed scales its gradients; beside a ViT cast to bfloat16 the trained weights stay float32 (CoLoR, L2P,
-SD-LoRA, InfLoRA, LoRA subtraction), and a strategy whose trained weights would be bfloat16 (CL-LoRA) is warned of."""
+16-mixed scales its gradients; beside a ViT cast to bfloat16 the trained weights stay float32 (every strategy),
+and a strategy whose trained weights would be bfloat16 (a user's subclass) is warned of."""
 
 from __future__ import annotations
 
@@ -26,8 +26,9 @@ STRATEGIES = {
     "SD-LoRA": lambda dtype=torch.float32, **o: SDLoRA(pooled_vit(0).to(dtype), rank=2, **o),
     "InfLoRA": lambda dtype=torch.float32, **o: InfLoRA(pooled_vit(0).to(dtype), rank=2, optimizer="sgd", **o),
     "LoRA-Sub": lambda dtype=torch.float32, **o: LoRASubtraction(pooled_vit(0).to(dtype), rank=2, **o),
+    "CL-LoRA": lambda dtype=torch.float32, **o: CLLoRA(tiny_vit(0, depth=4).to(dtype), rank=2, **o),
 }
-CLASS_STREAM = ("SD-LoRA", "InfLoRA", "L2P", "LoRA-Sub")
+CLASS_STREAM = ("SD-LoRA", "InfLoRA", "L2P", "LoRA-Sub", "CL-LoRA")
 
 
 class FirstStep(SupervisedPlugin):
@@ -135,7 +136,7 @@ def test_evaluation_runs_under_autocast_and_routing_stays_float32(one_thread):
     assert seen and all(enabled for enabled, _ in seen)
 
 
-BFLOAT16_VIT_CASES = [(name, precision) for name in ("CoLoR", "L2P", "SD-LoRA", "InfLoRA", "LoRA-Sub")
+BFLOAT16_VIT_CASES = [(name, precision) for name in ("CoLoR", "L2P", "SD-LoRA", "InfLoRA", "LoRA-Sub", "CL-LoRA")
                       for precision in ("32-true", "bf16-mixed")]
 
 
@@ -151,11 +152,20 @@ def test_a_bfloat16_vit_trains_float32_weights_that_change_per_step_as_with_a_fl
     assert narrow.changed >= 0.95 * full.changed, (narrow.changed, full.changed)
 
 
+class CoLoRWithABfloat16Scale(CoLoR):
+    """A user's subclass that trains one weight of its own, made in bfloat16."""
+
+    def make_optimizer(self, **kwargs) -> None:
+        super().make_optimizer(**kwargs)
+        self.optimizer.add_param_group({"params": [torch.nn.Parameter(torch.ones(1, dtype=torch.bfloat16))]})
+
+
 def test_narrow_trained_weights_are_warned_of_with_the_option_to_use_instead(one_thread):
-    # CL-LoRA's adapters and heads still follow the ViT's dtype: they would train in bfloat16, and that is warned of.
-    strategy = CLLoRA(tiny_vit(0, depth=4).to(torch.bfloat16), rank=2, train_epochs=1, train_mb_size=16,
-                      evaluator=quiet_evaluator())
-    with pytest.warns(UserWarning, match=r"CLLoRA trains weights in bfloat16.*precision='bf16-mixed'"):
+    # Every strategy of the package keeps its trained weights float32; a weight someone adds in bfloat16 would
+    # lose its small updates, and that is warned of.
+    strategy = CoLoRWithABfloat16Scale(tiny_vit(0), rank=2, k=2, train_epochs=1, train_mb_size=16,
+                                       evaluator=quiet_evaluator())
+    with pytest.warns(UserWarning, match=r"CoLoRWithABfloat16Scale trains weights in bfloat16.*precision='bf16-mixed'"):
         strategy.train(class_stream(num_experiences=1).train_stream[0])
 
 

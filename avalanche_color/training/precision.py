@@ -13,14 +13,13 @@
   before the step (which it skips, lowering the scale, when a gradient is inf or NaN).
 
 Casting the ViT itself (``vit.to(torch.bfloat16)``) halves the frozen backbone's memory; the trained weights must
-not follow it, or most SGD updates vanish (kept in bfloat16, one step at lr 1e-3 changes no LoRA entry). CoLoR,
-S-Prompts, L2P, SD-LoRA, InfLoRA and LoRA subtraction keep their trained weights (experts, components, magnitudes,
-prompts, keys, heads) float32 beside such a backbone (:mod:`avalanche_color.lora.dtypes`): each kernel casts the
-factors to the tokens' dtype, as autocast casts a linear layer's weight, so the model runs with or without
-autocast (LoRA subtraction's training head, for now, only under autocast). Under ``"32-true"`` the backbone then computes in bfloat16 as given and the heads and the
-loss in float32; ``"bf16-mixed"`` adds autocast's float32 for the ops it keeps in float32 (on CUDA: norms,
-softmax, the loss). The strategies warn when they are about to train weights narrower than float32 (a method
-whose trained weights still follow the backbone's dtype: CL-LoRA).
+not follow it, or most SGD updates vanish (kept in bfloat16, one step at lr 1e-3 changes no LoRA entry). Every
+strategy of the package keeps its trained weights (experts, components, adapters, magnitudes, prompts, keys, heads,
+prototypes) float32 beside such a backbone (:mod:`avalanche_color.lora.dtypes`): each kernel casts the factors to
+the tokens' dtype, as autocast casts a linear layer's weight, so the model runs with or without autocast. Under
+``"32-true"`` the backbone then computes in bfloat16 as given and the heads and the loss in float32;
+``"bf16-mixed"`` adds autocast's float32 for the ops it keeps in float32 (on CUDA: norms, softmax, the loss). The
+strategies warn when they are about to train weights narrower than float32 (a weight a subclass adds in bfloat16).
 
 The mixin replaces Avalanche's training and evaluation loops (``SGDUpdate.training_epoch``,
 ``BaseSGDTemplate.eval_epoch``) with the same loops, callbacks in the same order, the forward and
@@ -144,8 +143,8 @@ class MixedPrecision:
             self._narrow_warned = True
             dtypes = ", ".join(str(dtype).removeprefix("torch.") for dtype in narrow)
             warnings.warn(
-                f"{type(self).__name__} trains weights in {dtypes} (made in the dtype of the ViT given): SGD "
-                f"updates smaller than that dtype's resolution are lost, so most weights stop changing. Give "
-                f"the ViT in float32 and precision='bf16-mixed' instead: the forward then runs in bfloat16 and "
-                f"the trained weights stay float32 (CoLoR, S-Prompts, L2P, SD-LoRA, InfLoRA and LoRA subtraction "
-                f"keep them float32 beside a bfloat16 ViT too)", UserWarning, stacklevel=2)
+                f"{type(self).__name__} trains weights in {dtypes}: SGD updates smaller than that dtype's "
+                f"resolution are lost, so most weights stop changing. Make the trained weights float32 "
+                f"(avalanche_color.lora.dtypes.trained_dtype) and use precision='bf16-mixed' for a bfloat16 "
+                f"forward, as the package's strategies do (their trained weights stay float32 beside a bfloat16 "
+                f"ViT too)", UserWarning, stacklevel=2)

@@ -25,7 +25,7 @@ class AdapterBank(nn.Module):
         num_blocks, num_shared: the ViT's blocks and how many first ones are shared.
         width, rank: the qkv layers' input width and the adapters' rank.
         generator: draws the shared adapters' D's (block by block, q then v).
-        like: a tensor of the backbone's dtype and device.
+        like: a tensor of the trained weights' dtype (float32 beside a bfloat16 ViT) and the backbone's device.
     """
 
     teacher_up: Tensor

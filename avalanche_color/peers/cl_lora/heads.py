@@ -23,7 +23,7 @@ class ExperienceHeads(nn.Module):
 
     Args:
         features: the width of the features.
-        like: a tensor of the backbone's dtype and device.
+        like: a tensor of the trained weights' dtype (float32 beside a bfloat16 ViT) and the backbone's device.
     """
 
     finished: Tensor
@@ -87,7 +87,7 @@ class ExperienceHeads(nn.Module):
         (experience -> the feature of its network) that trained it; ``-inf`` for the other classes."""
         scores = None
         for e, f in features.items():
-            cos = F.normalize(f, dim=1) @ F.normalize(self.prototypes[self.rows(e)], dim=1).T
+            cos = F.normalize(f.to(self.prototypes.dtype), dim=1) @ F.normalize(self.prototypes[self.rows(e)], dim=1).T
             if scores is None:
                 scores = cos.new_full((cos.shape[0], num_classes), float("-inf"))
             classes = self.class_ids(e)

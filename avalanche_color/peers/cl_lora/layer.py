@@ -74,7 +74,8 @@ class CLLoRAQKV(nn.Module):
         if update is None:
             return out
         q, k, v = out.split(self.width, dim=-1)
-        low = [(x @ update.down[i].T) @ update.up[i].T for i in range(2)]
+        # The float32 factors computed in the tokens' dtype (a bfloat16 ViT's), as autocast casts a weight.
+        low = [(x @ update.down[i].T.to(x.dtype)) @ update.up[i].T.to(x.dtype) for i in range(2)]
         if update.weights is not None:
-            low = [update.weights[i] * low[i] for i in range(2)]
+            low = [update.weights[i].to(x.dtype) * low[i] for i in range(2)]
         return torch.cat((q + low[0], k, v + low[1]), dim=-1)

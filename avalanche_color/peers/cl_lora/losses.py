@@ -12,8 +12,9 @@ from torch.nn import functional as F
 
 
 def cosine_logits(features: Tensor, weight: Tensor, sigma: Tensor) -> Tensor:
-    """``σ cos(f, w_c)`` per class c (``CosineLinearFeature``; ``F.normalize``'s eps 1e-12 on both)."""
-    return sigma * (F.normalize(features, dim=1) @ F.normalize(weight, dim=1).T)
+    """``σ cos(f, w_c)`` per class c (``CosineLinearFeature``; ``F.normalize``'s eps 1e-12 on both), in the
+    weight's dtype (a bfloat16 ViT's features are lifted to the float32 proxy)."""
+    return sigma * (F.normalize(features.to(weight.dtype), dim=1) @ F.normalize(weight, dim=1).T)
 
 
 def distillation_loss(student: Tensor, teacher: Tensor, temperature: float) -> Tensor:

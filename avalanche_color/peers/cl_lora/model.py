@@ -28,9 +28,10 @@ import torch
 from avalanche.models import DynamicModule
 from torch import Tensor, nn
 
-from avalanche_color.experts.backbone import (backbone_dtype, backbone_images, check_experience_images,
+from avalanche_color.experts.backbone import (backbone_images, check_experience_images,
                                               check_vision_transformer)
 from avalanche_color.experts.heads import check_classes
+from avalanche_color.lora.dtypes import trained_dtype
 from avalanche_color.peers.cl_lora.adapters import AdapterBank
 from avalanche_color.peers.cl_lora.config import CLLoRAConfig
 from avalanche_color.peers.cl_lora.heads import ExperienceHeads
@@ -71,7 +72,9 @@ class CLLoRAViT(DynamicModule):
         self.num_shared = config.shared_count(len(self.backbone.blocks))
         for block in self.backbone.blocks:
             block.attn.qkv = CLLoRAQKV(block.attn.qkv)
-        like = self.backbone.patch_embed.proj.weight.detach()
+        # Trained weights (adapters, block weights, proxies) and prototypes: float32 beside a bfloat16 ViT.
+        weight = self.backbone.patch_embed.proj.weight
+        like = weight.new_empty(0, dtype=trained_dtype(weight.dtype))
         self.adapters = AdapterBank(len(self.blocks), self.num_shared, self.blocks[0].attn.qkv.in_features,
                                     config.rank, self.generator(-1), like)
         # Not "heads": the data checks read model.heads as CoLoR's.
@@ -192,7 +195,7 @@ class CLLoRAViT(DynamicModule):
         experiences i that trained it; ``-inf`` for classes never trained."""
         finished = [e for e, done in enumerate(self.experiences.finished_experiences()) if done]
         if not finished:  # Avalanche may evaluate before the first experience ends
-            return x.new_zeros(x.shape[0], self.max_class_label, dtype=backbone_dtype(self.backbone))
+            return x.new_zeros(x.shape[0], self.max_class_label, dtype=self.experiences.prototypes.dtype)
         shared = self.adapters.shared_tokens(self.blocks, self.tokens(x))
         features = {e: self.pooled(self.adapters.specific_tokens(self.blocks, shared, e)) for e in finished}
         return self.experiences.prototype_logits(features, self.max_class_label)
