@@ -59,6 +59,7 @@ VARIANTS: dict[str, tuple[type, dict[str, dict[str, Any]]]] = {
         "lr x batch / 256 (code)": dict(lr_batch_scaling=True),
         "all three (code)": L2P_CODE,
         "prompts start at zero (keys U[-1, 1])": dict(prompt_init="zero"),
+        "prompts and keys U[0, 0.01) (code)": dict(prompt_init="code"),
     }),
     "LoRA-Sub": (LoRASubtraction, {
         "as its code (default)": {},

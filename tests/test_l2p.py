@@ -72,6 +72,19 @@ def test_the_output_uses_exactly_the_selected_prompts():
     assert not torch.allclose(model(x)[0], logits[0])
 
 
+@pytest.mark.parametrize("prompt_init, prompts_range, keys_range", [
+    ("uniform", (-1.0, 1.0), (-1.0, 1.0)),  # Avalanche's port
+    ("zero", (0.0, 0.0), (-1.0, 1.0)),
+    ("code", (0.0, 0.01), (0.0, 0.01)),  # L2P's code: flax uniform(), prompts and keys alike
+])
+def test_prompt_init_draws_prompts_and_keys_from_its_range(prompt_init, prompts_range, keys_range):
+    torch.manual_seed(0)
+    pool = PromptPool(pool_size=64, prompt_length=4, width=32, prompt_init=prompt_init)
+    for values, (low, high) in ((pool.prompts, prompts_range), (pool.keys, keys_range)):
+        assert low <= float(values.min()) and float(values.max()) <= high
+        assert float(values.max()) - float(values.min()) >= 0.9 * (high - low)  # the whole range, not a corner
+
+
 def test_surrogate_loss_pulls_only_the_selected_keys_towards_their_queries():
     pool = PromptPool(pool_size=8, prompt_length=2, width=16)
     queries = torch.randn(5, 16, generator=torch.Generator().manual_seed(4))

@@ -71,7 +71,8 @@ class CLLoRA(ConfiguredStrategy):
         eval_mb_size: evaluation mini-batch size, also of the prototype pass.
         eval_every: Avalanche's periodic evaluation (-1: none).
         precision: ``"32-true"`` (float32) or ``"bf16-mixed"`` (each forward and its losses under bfloat16
-            autocast, the trained weights kept float32); ``"16-mixed"`` is refused. Give the ViT in float32.
+            autocast, the trained weights kept float32); ``"16-mixed"`` is refused. A ViT given in bfloat16
+            stays so (half its memory); the trained weights are float32 beside it all the same.
         check_data: scan each training experience for bad samples before training on it.
         init_seed: seed of each experience's new weights (and of the shared adapters), drawn apart from
             the global generators: a resumed run and a fresh one draw the same.

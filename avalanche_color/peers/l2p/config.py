@@ -13,7 +13,7 @@ from avalanche_color.config import LoaderOptions, Options, TrainingOptions, opti
 from avalanche_color.utils.checks import boolean, non_negative, one_of, optional, positive, positive_int
 
 HeadInput = Literal["prompts", "pooled"]
-PromptInit = Literal["uniform", "zero"]
+PromptInit = Literal["uniform", "zero", "code"]
 BatchwiseSelection = Literal["never", "training", "always"]
 HEAD_INPUTS: tuple[str, ...] = HeadInput.__args__  # type: ignore[attr-defined]
 PROMPT_INITS: tuple[str, ...] = PromptInit.__args__  # type: ignore[attr-defined]
@@ -35,7 +35,7 @@ class L2PModelOptions(Options):
             ``"pooled"`` (the ViT's own pooled feature with prompts in the sequence).
         class_masking: in training, mask the logits of classes outside the current experience.
         prompt_init: ``"uniform"`` in [-1, 1] (Avalanche's port; L2P's code draws from flax's
-            ``uniform()``, [0, 0.01)) or ``"zero"``.
+            ``uniform()``, [0, 0.01)), ``"zero"``, or ``"code"`` (prompts and keys in [0, 0.01), as the code).
         batchwise_selection: ``"never"``: each sample uses its own ``top_n`` prompts (Avalanche's
             port's default); ``"always"``: every sample of a batch uses the ``top_n`` prompts the
             batch's samples chose most often (ties: the lower index), in training and at

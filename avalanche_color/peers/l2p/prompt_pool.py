@@ -25,13 +25,18 @@ class PromptPool(nn.Module):
         key_width: width of the queries, if it differs from ``width``.
         prompt_init: prompts start ``"uniform"`` in [-1, 1] (Avalanche's port's default) or at
             ``"zero"`` (the port's other option; the prompt outputs then start as
-            image-driven as the [CLS] output, which helps small, untrained ViTs).
+            image-driven as the [CLS] output, which helps small, untrained ViTs); ``"code"``:
+            prompts and keys in [0, 0.01), L2P's code's flax ``uniform()``.
     """
 
     def __init__(self, pool_size: int, prompt_length: int, width: int, key_width: int | None = None,
                  prompt_init: PromptInit = "uniform") -> None:
         super().__init__()
         require("prompt_init", prompt_init, one_of(PROMPT_INITS))
+        if prompt_init == "code":  # flax's uniform(): [0, 0.01), prompts and keys alike
+            self.prompts = nn.Parameter(torch.empty(pool_size, prompt_length, width).uniform_(0.0, 0.01))
+            self.keys = nn.Parameter(torch.empty(pool_size, key_width or width).uniform_(0.0, 0.01))
+            return
         bound = 1.0 if prompt_init == "uniform" else 0.0
         self.prompts = nn.Parameter(torch.empty(pool_size, prompt_length, width).uniform_(-bound, bound))
         self.keys = new_prompts(pool_size, key_width or width, 1.0)

@@ -105,7 +105,8 @@ class L2P(ConfiguredStrategy):
                 ``"pooled"`` (the ViT's own pooled feature with prompts in the sequence).
             class_masking: in training, mask the logits of classes outside the current experience.
             prompt_init: ``"uniform"`` in [-1, 1] (Avalanche's port; L2P's code draws from
-                flax's ``uniform()``, [0, 0.01)) or ``"zero"``.
+                flax's ``uniform()``, [0, 0.01)), ``"zero"``, or ``"code"`` (prompts and keys in
+                [0, 0.01), as the code).
             batchwise_selection: ``"never"``: each sample uses its own ``top_n`` prompts
                 (Avalanche's port's default); ``"always"``: every sample of a batch uses the
                 ``top_n`` prompts the batch's samples chose most often (ties: the lower index), in

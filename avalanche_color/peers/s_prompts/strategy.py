@@ -125,7 +125,8 @@ class SPrompts(RoutedExpertsTemplate):
                 only; -1: never.
             precision: ``"32-true"`` (float32); ``"bf16-mixed"`` or ``"16-mixed"``: each forward and its loss
                 under bfloat16 or float16 autocast, the trained weights kept float32 (float16 with a gradient
-                scaler; see :mod:`avalanche_color.training.precision`). Give the ViT in float32.
+                scaler; see :mod:`avalanche_color.training.precision`). A ViT given in bfloat16 stays so
+                (half its memory); the prompts and heads are float32 beside it all the same.
             check_data: scan each training experience for bad data before its expert exists.
             num_workers: DataLoader worker processes of every loader (0: in this process).
             pin_memory: page-locked batches; None: when the device is CUDA.
