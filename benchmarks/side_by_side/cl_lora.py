@@ -53,6 +53,7 @@ from collections import defaultdict
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Iterator, Optional
+from unittest.mock import patch
 
 import timm
 import torch
@@ -95,22 +96,12 @@ def import_authors(path: Path) -> SimpleNamespace:
 
 
 @contextlib.contextmanager
-def patched(owner: Any, name: str, value: Any) -> Iterator[None]:
-    original = getattr(owner, name)
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        setattr(owner, name, original)
-
-
-@contextlib.contextmanager
 def authors_runtime() -> Iterator[None]:
     """float64 by default, ``Tensor.cuda`` the identity (their ``torch.ones(3).cuda()``), their prints silenced."""
     dtype = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
-        with patched(torch.Tensor, "cuda", lambda self, *a, **k: self), contextlib.redirect_stdout(io.StringIO()):
+        with patch.object(torch.Tensor, "cuda", lambda self, *a, **k: self), contextlib.redirect_stdout(io.StringIO()):
             yield
     finally:
         torch.set_default_dtype(dtype)
@@ -200,15 +191,15 @@ def authors_learner(authors: SimpleNamespace, vit: VisionTransformer, sizes: Sim
                            num_heads=vit.blocks[0].attn.num_heads, mlp_ratio=vit.blocks[0].mlp.fc1.out_features / WIDTH)
             return original(**options)
 
-        with patched(authors.vit, "VisionTransformer", small), \
-                patched(timm, "create_model", lambda *a, **k: copy.deepcopy(vit)):
+        with patch.object(authors.vit, "VisionTransformer", small), \
+                patch.object(timm, "create_model", lambda *a, **k: copy.deepcopy(vit)):
             model = authors.vit.vit_base_patch16_224_in21k_cllora(
                 num_classes=0, global_pool=False, drop_path_rate=0.0, tuning_config=config)
         model.out_dim = WIDTH
         return model.eval()
 
-    with authors_runtime(), patched(authors.inc_net, "get_backbone", get_backbone), \
-            patched(authors.cllora, "tqdm", functools.partial(authors.cllora.tqdm, disable=True)):
+    with authors_runtime(), patch.object(authors.inc_net, "get_backbone", get_backbone), \
+            patch.object(authors.cllora, "tqdm", functools.partial(authors.cllora.tqdm, disable=True)):
         learner = authors.cllora.Learner(args)
     return learner
 
@@ -427,7 +418,7 @@ def run_theirs(authors: SimpleNamespace, vit: VisionTransformer, ours: dict[str,
             learner.get_optimizer = get_optimizer
             optimizers: dict[int, RecordingSGD] = {}
             try:
-                with patched(authors.cllora, "tqdm", functools.partial(authors.cllora.tqdm, disable=True)):
+                with patch.object(authors.cllora, "tqdm", functools.partial(authors.cllora.tqdm, disable=True)):
                     learner._train(loader, None)
             except RuntimeError as error:
                 frames = [f for f in traceback.extract_tb(error.__traceback__) if str(authors.path) in f.filename]

@@ -43,6 +43,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Optional
+from unittest.mock import patch
 
 import numpy as np
 import torch
@@ -86,16 +87,6 @@ def import_authors(path: Path) -> SimpleNamespace:
 
 
 @contextlib.contextmanager
-def patched(owner: Any, name: str, value: Any) -> Iterator[None]:
-    old = getattr(owner, name)
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        setattr(owner, name, old)
-
-
-@contextlib.contextmanager
 def quiet() -> Iterator[io.StringIO]:
     """Their prints (``Parameters to be updated``, ``reserving basis``) and tqdm bars, kept aside."""
     buffer = io.StringIO()
@@ -136,7 +127,7 @@ def their_learner(authors: SimpleNamespace, vit: VisionTransformer, sizes: Simpl
             "fc_lrate": sizes.head_lr, "lrate": sizes.lr, "lrate_decay": 0.1, "batch_size": sizes.batch,
             "weight_decay": 0.0, "rank": sizes.rank, "margin_inter": sizes.margin, "lambada": sizes.weight,
             "num_workers": 0, "eval": False, "device": [torch.device("cpu")]}
-    with patched(authors.drs, "SiNet", lambda _: their_network(authors, vit, sizes)):
+    with patch.object(authors.drs, "SiNet", lambda _: their_network(authors, vit, sizes)):
         return authors.drs.LoRAsub_DRS(args)
 
 
@@ -469,7 +460,7 @@ def run_theirs(authors: SimpleNamespace, vit: VisionTransformer, ours: dict[str,
     learner.update_optim_transforms = update_optim_transforms
     learner.data_manager = ClassData(train)
     features, predictions, prototypes = [], [], []
-    with patched(authors.drs, "AugmentedTripletLoss", WatchedTriplet), quiet():
+    with patch.object(authors.drs, "AugmentedTripletLoss", WatchedTriplet), quiet():
         for t in range(sizes.experiences):
             # incremental_train's lines 71-73, then _train on our batches, then _build_protos and after_task.
             learner._cur_task += 1
