@@ -402,6 +402,32 @@ def test_the_codes_epoch_cosine_for_both_groups_one_epoch_late_as_it_runs():
                 assert step["lrs"] == pytest.approx([0.01 * expected[e], 0.03 * expected[e]])
 
 
+def test_the_first_experience_runs_its_own_epochs_on_the_later_ones_cosine_as_the_codes_init_epoch():
+    # ImageNet-R's code: task 0 runs init_epoch = 40 epochs under CosineSchedule(K = epochs = 50); here 3 and 2.
+    record = Record()
+    run(2, record, train_epochs=2, first_experience_epochs=3, lr=0.01, head_lr=0.03)
+    late = lambda e: math.cos(99 * math.pi * max(e - 1, 0) / (200 * (2 - 1)))  # noqa: E731  K = train_epochs
+    for t, epochs in ((0, 3), (1, 2)):
+        steps = record.steps[t]
+        assert len(steps) % epochs == 0
+        per_epoch = len(steps) // epochs
+        for e in range(epochs):
+            for step in steps[e * per_epoch:(e + 1) * per_epoch]:
+                assert step["lrs"] == pytest.approx([0.01 * late(e), 0.03 * late(e)])
+    assert len(record.steps[0]) // 3 == len(record.steps[1]) // 2  # same batches per epoch: 3 epochs, then 2
+
+
+def test_without_first_experience_epochs_a_users_train_epochs_is_left_alone():
+    strategy, _ = run(1, None, train_epochs=2)
+    strategy.train_epochs = 1  # an Avalanche habit: set on the strategy between experiences
+    record = Record()
+    strategy.plugins.append(record)
+    experience = class_stream(num_experiences=2, per_class=8).train_stream[1]
+    strategy.train(experience)
+    assert len(record.steps[0]) == math.ceil(len(experience.dataset) / strategy.train_mb_size)  # one epoch
+    assert strategy.train_epochs == 1
+
+
 def test_a_domain_stream_keeps_a_prototype_per_class_and_experience_and_predicts_the_nearest_ones_class():
     record = Record()
     stream = domain_stream(num_domains=2, num_classes=3, per_class=8)

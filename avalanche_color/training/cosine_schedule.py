@@ -28,13 +28,18 @@ class PerExperienceCosine:
         the first ``step()``, after epoch 0, sets epoch 0's factor again. Epochs 0 and 1 of E run at lr,
         epoch e >= 1 at ``lr cos(99 pi (e - 1) / (200 (E - 1)))``: the last at 9.7% of lr for E = 20 (the
         formula's 1.6% is never reached). One epoch: lr throughout."""
+        self.restart_epoch_cosine_over(self.train_epochs)  # type: ignore[attr-defined]
+
+    def restart_epoch_cosine_over(self, length: int) -> None:
+        """:meth:`restart_epoch_cosine` with the cosine's E = ``length``, while the experience runs
+        ``train_epochs`` epochs (the code's ``CosineSchedule(K)`` with K other than the epochs run)."""
         epochs = self.train_epochs  # type: ignore[attr-defined]
         per_epoch = max(self._experience_steps() // max(epochs, 1), 1)
 
         def factor(step: int) -> float:
             epoch = min(step // per_epoch, epochs - 1)
             late = max(epoch - 1, 0)  # the epoch whose factor the code's scheduler has set
-            return math.cos(99 * math.pi * late / (200 * (epochs - 1))) if epochs > 1 else 1.0
+            return math.cos(99 * math.pi * late / (200 * (length - 1))) if length > 1 else 1.0
 
         self.lr_scheduler = LambdaLR(self.optimizer, factor)  # type: ignore[attr-defined]
 

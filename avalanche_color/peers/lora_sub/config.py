@@ -4,17 +4,17 @@ Defaults are the authors' Split CIFAR-100 run (scarlet0703/LoRA-Sub-DRS at 836ad
 ``configs/cifar100.json`` with ``methods/lorasub_drs.py``): rank 10, their Adam at lr 5e-4 for the
 LoRA weights and 2e-3 for the head, no weight decay, the per-epoch cosine, batch 128, 20 epochs,
 the subspace threshold 0.99 (hard-coded there), the triplet margin 1.0 and weight 0.05
-(ImageNet-R: margin 2.0, weight 0.2, head lr 5e-4, 50 epochs).
+(ImageNet-R: margin 2.0, weight 0.2, head lr 5e-4, 50 epochs, 40 in the first task).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Optional
 
 from avalanche_color.config import LoaderOptions, TrainingOptions, option
 from avalanche_color.peers.lora_sum.config import SCHEDULES, Schedule
-from avalanche_color.utils.checks import fraction, integer, non_negative, one_of, positive, positive_int
+from avalanche_color.utils.checks import fraction, integer, non_negative, one_of, optional, positive, positive_int
 
 __all__ = ["LoRASubtractionConfig", "SameClassPrototypes", "Schedule"]
 
@@ -37,4 +37,5 @@ class LoRASubtractionConfig(LoaderOptions, TrainingOptions):
     weight_decay: float = option(0.0, non_negative)
     lr_schedule: Schedule = option("epoch_cosine", one_of(SCHEDULES))
     train_epochs: int = option(20, positive_int)
+    first_experience_epochs: Optional[int] = option(None, optional(positive_int))
     init_seed: int = option(0, integer)

@@ -33,6 +33,7 @@ from avalanche_color.peers.lora_sub.projection import principal_projection
 from avalanche_color.peers.lora_sub.triplet_loss import augmented_triplet_loss
 from avalanche_color.peers.lora_sum.strategy import LoRASumTemplate
 from avalanche_color.training.distributed import gather_padded_rows
+from avalanche_color.utils.experiences import origin_experience
 
 
 class LoRASubtraction(LoRASumTemplate):
@@ -65,7 +66,11 @@ class LoRASubtraction(LoRASumTemplate):
             and 1 at lr, epoch e >= 1 of E at ``lr cos(99 pi (e - 1) / (200 (E - 1)))``); ``"cosine"``
             over each experience's steps to 0; or ``"constant"``.
         train_mb_size: training mini-batch size (code: 128).
-        train_epochs: epochs per experience (code: 20 on CIFAR-100).
+        train_epochs: epochs per experience (code: 20 on CIFAR-100), and the length of the per-epoch
+            cosine in every experience.
+        first_experience_epochs: epochs of the first experience, the code's ``init_epoch`` (ImageNet-R:
+            40 against 50 later; CIFAR-100: 20 as later); None: ``train_epochs``. Its per-epoch cosine
+            keeps ``train_epochs`` as its length, as the code's does, so it stops early on the curve.
         eval_mb_size: evaluation mini-batch size, also of the covariance and prototype passes.
         eval_every: Avalanche's periodic evaluation (-1: none).
         precision: ``"32-true"`` (float32); ``"bf16-mixed"`` or ``"16-mixed"``: each forward and its loss
@@ -110,6 +115,7 @@ class LoRASubtraction(LoRASumTemplate):
         lr_schedule: Schedule = "epoch_cosine",
         train_mb_size: int = 128,
         train_epochs: int = 20,
+        first_experience_epochs: Optional[int] = None,
         eval_mb_size: int = 128,
         eval_every: int = -1,
         precision: Precision = "32-true",
@@ -151,6 +157,22 @@ class LoRASubtraction(LoRASumTemplate):
         projections = [principal_projection(covariance, self.config.threshold) for covariance in covariances]
         self.model.set_projections([projection for projection, _ in projections])
         self.subspace_ranks.append([k for _, k in projections])
+
+    def _before_training_exp(self, **kwargs: Any) -> None:
+        # The code's init_epoch: the first experience (every chunk of it, on an online stream) runs its own
+        # epoch count; set before the optimiser and its schedule are made for the experience.
+        first_epochs = self.config.first_experience_epochs
+        if first_epochs is not None:
+            first = origin_experience(self.experience).current_experience == 0
+            self.train_epochs = first_epochs if first else self.config.train_epochs
+        super()._before_training_exp(**kwargs)
+
+    def restart_epoch_cosine(self) -> None:
+        """The code's per-epoch cosine; with ``first_experience_epochs``, of length ``train_epochs`` in the
+        first experience too (the code's ``CosineSchedule(K=self.epochs)`` there as well)."""
+        if self.config.first_experience_epochs is None:
+            return super().restart_epoch_cosine()
+        self.restart_epoch_cosine_over(self.config.train_epochs)
 
     def make_optimizer(self, **kwargs: Any) -> None:
         """The code's Adam over the current A and B (lr) and the head (head_lr); after the first experience
