@@ -32,7 +32,7 @@ from avalanche_color.peers.lora_sub.projected_adam import ProjectedAdam
 from avalanche_color.peers.lora_sub.projection import principal_projection
 from avalanche_color.peers.lora_sub.triplet_loss import augmented_triplet_loss
 from avalanche_color.peers.lora_sum.strategy import LoRASumTemplate
-from avalanche_color.training.distributed import gather_padded_rows
+from avalanche_color.training.step_collectives import gather_padded_rows
 from avalanche_color.utils.experiences import origin_experience
 
 
