@@ -60,6 +60,7 @@ VARIANTS: dict[str, tuple[type, dict[str, dict[str, Any]]]] = {
         "all three (code)": L2P_CODE,
         "prompts start at zero (keys U[-1, 1])": dict(prompt_init="zero"),
         "prompts and keys U[0, 0.01) (code)": dict(prompt_init="code"),
+        "head at zero, untrained classes at 0 (code)": dict(head_init="zero"),
     }),
     "LoRA-Sub": (LoRASubtraction, {
         "as its code (default)": {},

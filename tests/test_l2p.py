@@ -80,9 +80,29 @@ def test_the_output_uses_exactly_the_selected_prompts():
 def test_prompt_init_draws_prompts_and_keys_from_its_range(prompt_init, prompts_range, keys_range):
     torch.manual_seed(0)
     pool = PromptPool(pool_size=64, prompt_length=4, width=32, prompt_init=prompt_init)
-    for values, (low, high) in ((pool.prompts, prompts_range), (pool.keys, keys_range)):
+    for values, (low, high) in ((pool.prompts.detach(), prompts_range), (pool.keys.detach(), keys_range)):
         assert low <= float(values.min()) and float(values.max()) <= high
         assert float(values.max()) - float(values.min()) >= 0.9 * (high - low)  # the whole range, not a corner
+
+
+@pytest.mark.parametrize("head_init, untrained", [("linear", float("-inf")), ("zero", 0.0)])
+def test_head_init_zero_starts_rows_at_zero_and_scores_untrained_classes_zero_as_the_codes_fixed_head(
+        head_init, untrained):
+    strategy = L2P(tiny_vit(0), pool_size=4, prompt_length=2, top_n=2, head_init=head_init, train_epochs=1,
+                   train_mb_size=16, evaluator=quiet_evaluator())
+    benchmark = class_stream(num_experiences=2, per_class=8)
+    later, first = benchmark.train_stream[1], benchmark.train_stream[0]
+    strategy.model.adaptation(first)
+    assert bool((strategy.model.head.weight == 0).all()) == (head_init == "zero")
+    strategy.train(first)
+    strategy.eval(benchmark.test_stream)  # the later experience's classes are seen, never trained
+    model = strategy.model.eval()
+    with torch.no_grad():
+        logits = model(torch.stack([s[0] for s in benchmark.test_stream[0].dataset]))
+    trained, never = sorted(first.classes_in_this_experience), sorted(later.classes_in_this_experience)
+    assert logits.shape[1] == 4 and sorted(trained + never) == [0, 1, 2, 3]
+    assert bool((logits[:, never] == untrained).all())  # never trained: the code's zero rows, or the port's -inf
+    assert bool(logits[:, trained].isfinite().all()) and bool((logits[:, trained] != 0).any())
 
 
 def test_surrogate_loss_pulls_only_the_selected_keys_towards_their_queries():

@@ -14,9 +14,11 @@ from avalanche_color.utils.checks import boolean, non_negative, one_of, optional
 
 HeadInput = Literal["prompts", "pooled"]
 PromptInit = Literal["uniform", "zero", "code"]
+HeadInit = Literal["linear", "zero"]
 BatchwiseSelection = Literal["never", "training", "always"]
 HEAD_INPUTS: tuple[str, ...] = HeadInput.__args__  # type: ignore[attr-defined]
 PROMPT_INITS: tuple[str, ...] = PromptInit.__args__  # type: ignore[attr-defined]
+HEAD_INITS: tuple[str, ...] = HeadInit.__args__  # type: ignore[attr-defined]
 BATCHWISE_SELECTIONS: tuple[str, ...] = BatchwiseSelection.__args__  # type: ignore[attr-defined]
 # L2P's code scales its learning rate by the global batch over this (train_continual.py,
 # base_learning_rate = config.learning_rate * global_batch_size / 256.0).
@@ -36,6 +38,9 @@ class L2PModelOptions(Options):
         class_masking: in training, mask the logits of classes outside the current experience.
         prompt_init: ``"uniform"`` in [-1, 1] (Avalanche's port; L2P's code draws from flax's
             ``uniform()``, [0, 0.01)), ``"zero"``, or ``"code"`` (prompts and keys in [0, 0.01), as the code).
+        head_init: ``"linear"``: new head rows as ``nn.Linear``'s, classes never trained at ``-inf``
+            (Avalanche's port); ``"zero"``: rows start at zero and classes never trained score 0 at
+            evaluation, as the code's fixed head over every class (its untrained rows stay zero).
         batchwise_selection: ``"never"``: each sample uses its own ``top_n`` prompts (Avalanche's
             port's default); ``"always"``: every sample of a batch uses the ``top_n`` prompts the
             batch's samples chose most often (ties: the lower index), in training and at
@@ -49,6 +54,7 @@ class L2PModelOptions(Options):
     head_input: HeadInput = option("prompts", one_of(HEAD_INPUTS), expert_setting=True)
     class_masking: bool = option(True, boolean)
     prompt_init: PromptInit = option("uniform", one_of(PROMPT_INITS))
+    head_init: HeadInit = option("linear", one_of(HEAD_INITS))
     batchwise_selection: BatchwiseSelection = option("never", one_of(BATCHWISE_SELECTIONS))
 
     def _check_together(self) -> None:

@@ -26,12 +26,14 @@ from avalanche_color.utils.state import take_stored_shapes
 
 
 class GrowingHead(nn.Module):
-    """A linear layer whose outputs (classes) grow; new rows start as ``nn.Linear``'s, old rows stay."""
+    """A linear layer whose outputs (classes) grow; new rows start as ``nn.Linear``'s (``zero``: at zero, as
+    L2P's code's head), old rows stay."""
 
-    def __init__(self, in_features: int) -> None:
+    def __init__(self, in_features: int, zero: bool = False) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.empty(0, in_features))
         self.bias = nn.Parameter(torch.empty(0))
+        self.zero = zero
 
     @property
     def in_features(self) -> int:
@@ -46,7 +48,7 @@ class GrowingHead(nn.Module):
         extra = out_features - self.out_features
         if extra <= 0:
             return
-        bound = self.in_features ** -0.5
+        bound = 0.0 if self.zero else self.in_features ** -0.5
         new_weight = self.weight.new_empty(extra, self.in_features).uniform_(-bound, bound)
         new_bias = self.bias.new_empty(extra).uniform_(-bound, bound)
         self.weight = nn.Parameter(torch.cat((self.weight.detach(), new_weight)))
@@ -66,15 +68,17 @@ class L2PViT(DynamicModule):
     every sample); the head reads the average of the outputs at the prompt
     positions (L2P's default) or the pooled feature. The pool and head are
     shared by all experiences. The head grows with the classes of each
-    training experience; classes never trained get ``-inf``, and in training
-    with ``class_masking`` so do the classes outside the current experience.
+    training experience; classes never trained get ``-inf`` (``head_init="zero"``:
+    0), and in training with ``class_masking`` the classes outside the current
+    experience get ``-inf``.
 
     Args:
         vit: a timm ``VisionTransformer``; it is frozen, not changed.
         config: :class:`~avalanche_color.config.L2PModelOptions` (or an
             :class:`~avalanche_color.config.L2PConfig`); keyword options
             (``pool_size``, ``prompt_length``, ``top_n``, ``head_input``,
-            ``class_masking``, ``prompt_init``, ``batchwise_selection``) replace its fields.
+            ``class_masking``, ``prompt_init``, ``head_init``, ``batchwise_selection``) replace its
+            fields.
     """
 
     trained_classes: Tensor
@@ -93,7 +97,7 @@ class L2PViT(DynamicModule):
         self.pool = PromptPool(config.pool_size, config.prompt_length, prompt_width(vit), int(vit.num_features),
                                config.prompt_init).to(device, dtype)
         head_width = prompt_width(vit) if config.head_input == "prompts" else int(vit.num_features)
-        self.head = GrowingHead(head_width).to(device, dtype)  # grows with the classes trained
+        self.head = GrowingHead(head_width, zero=config.head_init == "zero").to(device, dtype)  # grows with the classes
         self.register_buffer("trained_classes", torch.zeros(0, dtype=torch.bool, device=device))
         self.register_buffer("current_classes", torch.zeros(0, dtype=torch.bool, device=device))
         self.max_class_label = 0  # one past the largest class id of any adapted experience
@@ -189,10 +193,13 @@ class L2PViT(DynamicModule):
         if selection is None:
             selection = self.select_prompts(x)[1]
         logits = self.head(self.features(x, selection))
-        allowed = self.current_classes if self.training and self.config.class_masking else self.trained_classes
-        logits = logits.masked_fill(~allowed, float("-inf"))
+        if self.training and self.config.class_masking:
+            allowed, untrained = self.current_classes, float("-inf")
+        else:  # head_init="zero": a class never trained scores 0, its row in the code's fixed head
+            allowed, untrained = self.trained_classes, 0.0 if self.config.head_init == "zero" else float("-inf")
+        logits = logits.masked_fill(~allowed, untrained)
         missing = self.num_classes - logits.shape[1]  # classes of adapted experiences never trained
-        return nn.functional.pad(logits, (0, missing), value=float("-inf")) if missing else logits
+        return nn.functional.pad(logits, (0, missing), value=untrained) if missing else logits
 
     def train(self, mode: bool = True) -> "L2PViT":
         super().train(mode)

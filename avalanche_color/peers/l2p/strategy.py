@@ -19,7 +19,8 @@ from avalanche.training.plugins.evaluation import default_evaluator
 from torch import Tensor, nn
 
 from avalanche_color.config import Precision
-from avalanche_color.peers.l2p.config import BatchwiseSelection, HeadInput, L2PConfig, L2PModelOptions, PromptInit
+from avalanche_color.peers.l2p.config import (BatchwiseSelection, HeadInit, HeadInput, L2PConfig, L2PModelOptions,
+                                             PromptInit)
 from avalanche_color.peers.l2p.model import L2PViT
 from avalanche_color.training.configured_strategy import ConfiguredStrategy
 from avalanche_color.training.plugin_compatibility import L2P_TABLE
@@ -70,6 +71,7 @@ class L2P(ConfiguredStrategy):
         head_input: HeadInput = "prompts",
         class_masking: bool = True,
         prompt_init: PromptInit = "uniform",
+        head_init: HeadInit = "linear",
         batchwise_selection: BatchwiseSelection = "never",
         surrogate_weight: float = 0.1,
         lr: float = 0.03,
@@ -107,6 +109,9 @@ class L2P(ConfiguredStrategy):
             prompt_init: ``"uniform"`` in [-1, 1] (Avalanche's port; L2P's code draws from
                 flax's ``uniform()``, [0, 0.01)), ``"zero"``, or ``"code"`` (prompts and keys in
                 [0, 0.01), as the code).
+            head_init: ``"linear"``: new head rows as ``nn.Linear``'s, classes never trained at
+                ``-inf`` (Avalanche's port); ``"zero"``: rows start at zero and classes never trained
+                score 0 at evaluation, as the code's fixed head over every class.
             batchwise_selection: ``"never"``: each sample uses its own ``top_n`` prompts
                 (Avalanche's port's default); ``"always"``: every sample of a batch uses the
                 ``top_n`` prompts the batch's samples chose most often (ties: the lower index), in
