@@ -78,3 +78,15 @@ class SeenLabels(SupervisedPlugin, supports_distributed=True):
 
     def after_eval_iteration(self, strategy, **kwargs):
         self.labels.setdefault(strategy.experience.current_experience, []).append(strategy.mb_y.cpu())
+
+
+class LearningRates(SupervisedPlugin):
+    """The learning rate of every training iteration, by (experience, epoch), in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: dict[tuple[int, int], list[float]] = {}
+
+    def before_training_iteration(self, strategy, **kwargs):
+        key = (strategy.clock.train_exp_counter, strategy.clock.train_exp_epochs)
+        self.seen.setdefault(key, []).append(strategy.optimizer.param_groups[0]["lr"])

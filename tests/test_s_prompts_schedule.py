@@ -4,23 +4,10 @@ import math
 
 import pytest
 import torch
-from avalanche.core import SupervisedPlugin
 
 from avalanche_color import SPrompts
-from helpers import quiet_evaluator
+from helpers import LearningRates, quiet_evaluator
 from streams import class_stream, tiny_vit
-
-
-class LearningRates(SupervisedPlugin):
-    """The learning rate of every training iteration, by (experience, epoch), in order."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: dict[tuple[int, int], list[float]] = {}
-
-    def before_training_iteration(self, strategy, **kwargs):
-        key = (strategy.clock.train_exp_counter, strategy.clock.train_exp_epochs)
-        self.seen.setdefault(key, []).append(strategy.optimizer.param_groups[0]["lr"])
 
 
 def trained_rates(epochs: int, **options) -> LearningRates:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Callable, Optional
 
 from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, LRScheduler
 
@@ -33,15 +33,12 @@ class PerExperienceCosine:
     def restart_epoch_cosine_over(self, length: int) -> None:
         """:meth:`restart_epoch_cosine` with the cosine's E = ``length``, while the experience runs
         ``train_epochs`` epochs (the code's ``CosineSchedule(K)`` with K other than the epochs run)."""
-        epochs = self.train_epochs  # type: ignore[attr-defined]
-        per_epoch = max(self._experience_steps() // max(epochs, 1), 1)
 
-        def factor(step: int) -> float:
-            epoch = min(step // per_epoch, epochs - 1)
+        def factor(epoch: int) -> float:
             late = max(epoch - 1, 0)  # the epoch whose factor the code's scheduler has set
             return math.cos(99 * math.pi * late / (200 * (length - 1))) if length > 1 else 1.0
 
-        self.lr_scheduler = LambdaLR(self.optimizer, factor)  # type: ignore[attr-defined]
+        self._restart_per_epoch(factor)
 
     def restart_cosine_per_epoch(self) -> None:
         """torch's ``CosineAnnealingLR(T_max=epochs)`` (``eta_min`` 0) stepped once after each epoch, as
@@ -49,13 +46,15 @@ class PerExperienceCosine:
         ``lr (1 + cos(pi e / E)) / 2``, the first at lr, the last at ``lr (1 + cos(pi (E - 1) / E)) / 2``
         (9.5% of lr for E = 5, 2.4% for E = 10: zero is never reached). One epoch: lr throughout."""
         epochs = self.train_epochs  # type: ignore[attr-defined]
+        self._restart_per_epoch(lambda epoch: (1 + math.cos(math.pi * epoch / epochs)) / 2)
+
+    def _restart_per_epoch(self, factor: Callable[[int], float]) -> None:
+        """A schedule stepped per optimiser step that holds ``factor(epoch)`` through each of the experience's
+        ``train_epochs`` epochs (a schedule the authors' code steps once per epoch)."""
+        epochs = self.train_epochs  # type: ignore[attr-defined]
         per_epoch = max(self._experience_steps() // max(epochs, 1), 1)
-
-        def factor(step: int) -> float:
-            epoch = min(step // per_epoch, epochs - 1)
-            return (1 + math.cos(math.pi * epoch / epochs)) / 2
-
-        self.lr_scheduler = LambdaLR(self.optimizer, factor)  # type: ignore[attr-defined]
+        self.lr_scheduler = LambdaLR(self.optimizer,  # type: ignore[attr-defined]
+                                     lambda step: factor(min(step // per_epoch, epochs - 1)))
 
     def _experience_steps(self) -> int:
         steps = self.train_epochs * max(len(self.dataloader), 1)  # type: ignore[attr-defined]

@@ -45,11 +45,15 @@ class RoutedExpertsTemplate(ConfiguredStrategy):
         return self.step_model()(self.mb_x, task_labels)
 
     def make_optimizer(self, **kwargs: Any) -> None:
-        """A fresh SGD over the expert that trains only, with a cosine schedule over the experience."""
+        """A fresh SGD over the expert that trains only, with its schedule (:meth:`restart_schedule`)."""
         trainable = self.model.bank.trainable
         if trainable is None:
             raise RuntimeError("make_optimizer needs an expert that trains: the model adaptation adds one per experience")
         parameters = list(self.model.expert_parameters(trainable))
         config = self.config
         self.optimizer = SGD(parameters, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
+        self.restart_schedule()
+
+    def restart_schedule(self) -> None:
+        """The schedule of the optimiser just made: cosine over the experience's steps."""
         self.restart_cosine()

@@ -143,8 +143,8 @@ class SPrompts(RoutedExpertsTemplate):
         super().__init__(model=model, config=config, options=options, criterion=criterion, device=device,
                          plugins=plugins, evaluator=evaluator, template_options=kwargs)
 
-    def make_optimizer(self, **kwargs: Any) -> None:
-        """The template's SGD over the new expert, with the schedule ``lr_schedule`` names."""
-        super().make_optimizer(**kwargs)
+    def restart_schedule(self) -> None:
+        """As ``lr_schedule``: the template's cosine per step, or S-Prompts' code's cosine per epoch."""
         if self.config.lr_schedule == "epoch_cosine":
-            self.restart_cosine_per_epoch()
+            return self.restart_cosine_per_epoch()
+        super().restart_schedule()
