@@ -138,5 +138,6 @@ class CoLoR(RoutedExpertsTemplate):
         """
         # Every option above, by name: the fields of CoLoRConfig (tests/test_signatures.py).
         options = {name: value for name, value in locals().items() if name in CoLoRConfig.names()}
-        super().__init__(model=model, config=config, options=options, criterion=criterion, device=device,
-                         plugins=plugins, evaluator=evaluator, template_options=kwargs)
+        options, kwargs = self.checked_options(model, config, options, plugins, kwargs)
+        super().__init__(model=model, config=CoLoRConfig.build(config, **options), criterion=criterion,
+                         device=device, plugins=plugins, evaluator=evaluator, template_options=kwargs)

@@ -1,13 +1,14 @@
-"""The one strategy base of the package: every method (CoLoR, S-Prompts, L2P, SD-LoRA, InfLoRA) is a
-:class:`ConfiguredStrategy`.
+"""The one strategy base of the package: every method (CoLoR, S-Prompts, L2P, SD-LoRA, InfLoRA, LoRA-Sub,
+CL-LoRA) is a :class:`ConfiguredStrategy`.
 
 A strategy lists every field of its config as a keyword argument of its own ``__init__``, with the
-same default (``tests/test_signatures.py`` checks that they agree), and passes them here by name.
-The base then does, once for every method:
+same default (``tests/test_signatures.py`` checks that they agree), and builds its config from them
+itself, after :meth:`ConfiguredStrategy.checked_options`. The base then does, once for every method:
 
-* construction (:mod:`~avalanche_color.training.strategy_construction`): the config built and checked
-  once, the model built from a copy of the ViT (or a ready model kept, its own settings applying),
-  plugins that cannot act on the method refused with the reason, ``optimizer=`` refused;
+* construction: before the method's config is built (:meth:`~ConfiguredStrategy.checked_options`,
+  :mod:`~avalanche_color.training.strategy_construction`), plugins that cannot act on the method refused
+  with the reason, ``optimizer=`` refused, a ready model's own settings taken; then the model built from
+  a copy of the ViT (or the ready model kept);
 * what every strategy of the package is (:class:`~avalanche_color.training.strategy_base.StrategyBase`,
   the baselines' base too): the model given first, the data checks first among the plugins, the
   config's loader options in every loader, an unpadded evaluation shard per rank under torchrun;
@@ -37,7 +38,7 @@ from avalanche_color.config import LoaderOptions, Options, TrainingOptions
 from avalanche_color.training.cosine_schedule import PerExperienceCosine
 from avalanche_color.training.distributed import wrap_current_expert
 from avalanche_color.training.precision import MixedPrecision
-from avalanche_color.training.strategy_construction import (configured_model, refuse_optimizer,
+from avalanche_color.training.strategy_construction import (given_options, ready_model_options, refuse_optimizer,
                                                             refuse_unknown_keywords, replace_routing)
 from avalanche_color.training.strategy_base import StrategyBase
 from avalanche_color.utils.experiences import continues_experience
@@ -48,8 +49,9 @@ class ConfiguredStrategy(PerExperienceCosine, MixedPrecision, StrategyBase):
 
     Subclasses set :attr:`config_class`, :attr:`model_class` and :attr:`model_config_class`, write
     ``__init__(self, model, *, config=None, <every option of config_class>, criterion=None,
-    device="cpu", plugins=None, evaluator=default_evaluator, **kwargs)``, pass those arguments on
-    by name, and implement :meth:`make_optimizer`.
+    device="cpu", plugins=None, evaluator=default_evaluator, **kwargs)``, build their config there
+    (``config_class.build(config, **options)``, the options from :meth:`checked_options`) and pass it
+    on with the other arguments by name, and implement :meth:`make_optimizer`.
 
     Args:
         model: a timm ``VisionTransformer``: the strategy wraps a copy of it into
@@ -57,9 +59,7 @@ class ConfiguredStrategy(PerExperienceCosine, MixedPrecision, StrategyBase):
             or a :attr:`model_class` instance (a strategy's ``model``) to continue from: then its
             own settings (:meth:`model_settings`) apply, and one given a value other than its
             default and the model's is refused.
-        config: a whole :attr:`config_class`, or None; options given with a value other than their
-            default replace its fields.
-        options: the value of every option of :attr:`config_class`, by name (the subclass's keywords).
+        config: the method's :attr:`config_class`, built by its ``__init__``.
         criterion: loss; a new ``CrossEntropyLoss`` by default.
         device, evaluator: as in Avalanche's ``SupervisedTemplate``.
         plugins: the user's plugins, after the method's own; the list is copied, never changed.
@@ -88,22 +88,19 @@ class ConfiguredStrategy(PerExperienceCosine, MixedPrecision, StrategyBase):
         self,
         *,
         model: nn.Module,
-        config: Optional[Options],
-        options: Mapping[str, Any],
+        config: Options,
         criterion: Optional[nn.Module] = None,
         device: Union[str, torch.device] = "cpu",
         plugins: Optional[Sequence[BasePlugin]] = None,
         evaluator: Union[EvaluationPlugin, Callable[[], EvaluationPlugin]] = default_evaluator,
         template_options: Optional[Mapping[str, Any]] = None,
     ) -> None:
-        cls, template_options = type(self), dict(template_options or {})
-        cls.refuse_incompatible_plugins(plugins)  # before the ViT is copied; StrategyBase then skips it
-        refuse_optimizer(cls, options, template_options)  # before the model is copied and adapted
-        options = replace_routing(cls.config_class, options, template_options)
-        refuse_unknown_keywords(cls, template_options, options)
-        model, self.config = configured_model(cls, model, config, options)
-        self.loader_defaults: LoaderOptions = self.config.group(LoaderOptions)
-        budget: TrainingOptions = self.config
+        cls = type(self)
+        if not isinstance(model, cls.model_class):
+            model = cls.build_model(model, config.group(cls.model_config_class))
+        self.config = config
+        self.loader_defaults: LoaderOptions = config.group(LoaderOptions)
+        budget: TrainingOptions = config
         super().__init__(
             model=model,
             # A placeholder, which Avalanche's template requires: make_optimizer builds the real one per experience.
@@ -119,8 +116,24 @@ class ConfiguredStrategy(PerExperienceCosine, MixedPrecision, StrategyBase):
             own_plugins=self.own_plugins(),
             evaluator=evaluator,
             eval_every=budget.eval_every,
-            **template_options,
+            **(template_options or {}),
         )
+
+    @classmethod
+    def checked_options(cls, model: nn.Module, config: Optional[Options], options: Mapping[str, Any],
+                        plugins: Optional[Sequence[BasePlugin]],
+                        template_options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """What the method's ``__init__`` builds its config from: the options given a value other than their
+        default and a ready model's own settings, with Avalanche's other keywords; refused first, before
+        the ViT is copied: plugins that cannot act on the method, an optimiser object, unknown keywords,
+        a ready model's setting given another value. The deprecated ``routing=`` is replaced."""
+        template_options = dict(template_options)
+        cls.refuse_incompatible_plugins(plugins)  # StrategyBase then skips it
+        refuse_optimizer(cls, options, template_options)
+        options = replace_routing(cls.config_class, options, template_options)
+        refuse_unknown_keywords(cls, template_options, options)
+        given = given_options(cls.config_class, options)
+        return {**given, **ready_model_options(cls, model, config, given)}, template_options
 
     # ------------------------------------------------------------------ what a method says
 

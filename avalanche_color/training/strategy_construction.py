@@ -1,5 +1,6 @@
-"""How a :class:`~avalanche_color.training.configured_strategy.ConfiguredStrategy` is built from its
-keywords: each function checks or builds one thing, before anything is copied or adapted."""
+"""How a :class:`~avalanche_color.training.configured_strategy.ConfiguredStrategy`'s keywords become the
+options its config is built from: each function checks or replaces one thing, before anything is copied
+or adapted."""
 
 from __future__ import annotations
 
@@ -27,8 +28,6 @@ class StrategyClass(Protocol):
     optimizer_options: tuple[str, ...]
 
     def model_settings(self) -> tuple[str, ...]: ...
-
-    def build_model(self, vit: nn.Module, model_config: Options) -> nn.Module: ...
 
 
 _UNSET = object()
@@ -81,31 +80,22 @@ def refuse_unknown_keywords(strategy: StrategyClass, template_options: Mapping[s
         )
 
 
-def configured_model(strategy: StrategyClass, model: nn.Module, config: Optional[Options],
-                     options: Mapping[str, Any]) -> tuple[nn.Module, Any]:
-    """The strategy's model and its config, built once.
-
-    A plain ViT becomes ``strategy.build_model(ViT, the config's model options)``. A ``model_class``
-    instance is kept, and its own settings (``strategy.model_settings()``) fill the config; one given
-    another value is refused.
-    """
-    config_class = strategy.config_class
-    given = given_options(config_class, options)
+def ready_model_options(strategy: StrategyClass, model: nn.Module, config: Optional[Options],
+                        given: Mapping[str, Any]) -> dict[str, Any]:
+    """A ready ``model_class`` instance's own settings (``strategy.model_settings()``), which its config takes;
+    empty for a plain ViT. One given, or set in ``config``, to another value is refused."""
     if not isinstance(model, strategy.model_class):
-        config = config_class(**options) if config is None else config_class.build(config, **given)
-        return strategy.build_model(model, config.group(strategy.model_config_class)), config
+        return {}
     own = {name: getattr(model.config, name) for name in strategy.model_settings()}
     conflicting = sorted(name for name in own if name in given and given[name] != own[name])
-    if config is not None:
+    if isinstance(config, strategy.config_class):
         conflicting += sorted(name for name in own if name not in conflicting and getattr(config, name) != own[name])
     if conflicting:
         raise ValueError(
             f"model is already a configured {strategy.model_class.__name__} with its own settings; leave "
             f"{conflicting} unset (the model's: {', '.join(f'{name}={own[name]!r}' for name in conflicting)})"
         )
-    if config is None:
-        return model, config_class(**{**options, **own})
-    return model, config_class.build(config, **{**given, **own})
+    return own
 
 
 def given_options(config_class: type[Options], options: Mapping[str, Any]) -> dict[str, Any]:

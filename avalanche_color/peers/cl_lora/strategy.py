@@ -134,8 +134,9 @@ class CLLoRA(ConfiguredStrategy):
     ) -> None:
         # Every option above, by name: the fields of CLLoRAConfig (tests/test_cl_lora.py).
         options = {name: value for name, value in locals().items() if name in CLLoRAConfig.names()}
-        super().__init__(model=model, config=config, options=options, criterion=criterion, device=device,
-                         plugins=plugins, evaluator=evaluator, template_options=kwargs)
+        options, kwargs = self.checked_options(model, config, options, plugins, kwargs)
+        super().__init__(model=model, config=CLLoRAConfig.build(config, **options), criterion=criterion,
+                         device=device, plugins=plugins, evaluator=evaluator, template_options=kwargs)
 
     @classmethod
     def model_settings(cls) -> tuple[str, ...]:

@@ -123,8 +123,9 @@ class InfLoRA(LoRASumTemplate):
     ) -> None:
         # Every option above, by name: the fields of InfLoRAConfig (tests/test_signatures.py).
         options = {name: value for name, value in locals().items() if name in InfLoRAConfig.names()}
-        super().__init__(model=model, config=config, options=options, criterion=criterion, device=device,
-                         plugins=plugins, evaluator=evaluator, template_options=kwargs)
+        options, kwargs = self.checked_options(model, config, options, plugins, kwargs)
+        super().__init__(model=model, config=InfLoRAConfig.build(config, **options), criterion=criterion,
+                         device=device, plugins=plugins, evaluator=evaluator, template_options=kwargs)
 
     def prepare_experience(self, **kwargs: Any) -> None:
         """Design the new branch's ``A_t`` from the experience's inputs outside the protected subspaces."""

@@ -151,8 +151,9 @@ class L2P(ConfiguredStrategy):
         """
         # Every option above, by name: the fields of L2PConfig (tests/test_signatures.py).
         options = {name: value for name, value in locals().items() if name in L2PConfig.names()}
-        super().__init__(model=model, config=config, options=options, criterion=criterion, device=device,
-                         plugins=plugins, evaluator=evaluator, template_options=kwargs)
+        options, kwargs = self.checked_options(model, config, options, plugins, kwargs)
+        super().__init__(model=model, config=L2PConfig.build(config, **options), criterion=criterion,
+                         device=device, plugins=plugins, evaluator=evaluator, template_options=kwargs)
 
     def make_optimizer(self, **kwargs: Any) -> None:
         """A fresh Adam over the pool and the head (state reset per experience, as L2P's code), at

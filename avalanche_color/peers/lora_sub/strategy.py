@@ -132,11 +132,12 @@ class LoRASubtraction(LoRASumTemplate):
     ) -> None:
         # Every option above, by name: the fields of LoRASubtractionConfig (tests/test_signatures.py).
         options = {name: value for name, value in locals().items() if name in LoRASubtractionConfig.names()}
+        options, kwargs = self.checked_options(model, config, options, plugins, kwargs)
         # Per experience after the first that this strategy prepared (not one resumed mid-way): k of each block.
         self.subspace_ranks: list[list[int]] = []
         self.mb_features: Optional[Tensor] = None
-        super().__init__(model=model, config=config, options=options, criterion=criterion, device=device,
-                         plugins=plugins, evaluator=evaluator, template_options=kwargs)
+        super().__init__(model=model, config=LoRASubtractionConfig.build(config, **options), criterion=criterion,
+                         device=device, plugins=plugins, evaluator=evaluator, template_options=kwargs)
 
     # ------------------------------------------------------------------ per experience
 

@@ -140,8 +140,9 @@ class SPrompts(RoutedExpertsTemplate):
         """
         # Every option above, by name: the fields of SPromptsConfig (tests/test_signatures.py).
         options = {name: value for name, value in locals().items() if name in SPromptsConfig.names()}
-        super().__init__(model=model, config=config, options=options, criterion=criterion, device=device,
-                         plugins=plugins, evaluator=evaluator, template_options=kwargs)
+        options, kwargs = self.checked_options(model, config, options, plugins, kwargs)
+        super().__init__(model=model, config=SPromptsConfig.build(config, **options), criterion=criterion,
+                         device=device, plugins=plugins, evaluator=evaluator, template_options=kwargs)
 
     def restart_schedule(self) -> None:
         """As ``lr_schedule``: the template's cosine per step, or S-Prompts' code's cosine per epoch."""

@@ -127,5 +127,6 @@ class SDLoRA(LoRASumTemplate):
     ) -> None:
         # Every option above, by name: the fields of SDLoRAConfig (tests/test_signatures.py).
         options = {name: value for name, value in locals().items() if name in SDLoRAConfig.names()}
-        super().__init__(model=model, config=config, options=options, criterion=criterion, device=device,
-                         plugins=plugins, evaluator=evaluator, template_options=kwargs)
+        options, kwargs = self.checked_options(model, config, options, plugins, kwargs)
+        super().__init__(model=model, config=SDLoRAConfig.build(config, **options), criterion=criterion,
+                         device=device, plugins=plugins, evaluator=evaluator, template_options=kwargs)
