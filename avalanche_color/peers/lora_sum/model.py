@@ -14,7 +14,6 @@ resume (:func:`~avalanche_color.train_stream`) and :meth:`save_pretrained` keep 
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar, Optional, TypeVar
@@ -30,14 +29,13 @@ from avalanche_color.lora.blocks import expert_tokens
 from avalanche_color.lora.dtypes import trained_dtype
 from avalanche_color.peers.lora_sum.files import load_folder, save_folder
 from avalanche_color.peers.lora_sum.layer import LoRASumQKV, Mixing, Part
+from avalanche_color.peers.lora_sum.learned_state import learned_state, load_learned_state
 from avalanche_color.utils.files import PathLike
 from avalanche_color.utils.host_values import host_value, keep_host_value
 from avalanche_color.utils.rng import seeded
 from avalanche_color.utils.experiences import experience_classes
-from avalanche_color.utils.state import take_stored_shapes
 
 Model = TypeVar("Model", bound="LoRASumViT")
-_COMPONENT_A = re.compile(r"^backbone\.blocks\.0\.attn\.qkv\.components\.(\d+)\.A$")
 
 
 class LoRASumViT(DynamicModule):
@@ -170,7 +168,7 @@ class LoRASumViT(DynamicModule):
         unfinished (a resumed run, or a further chunk of an online experience)."""
         # New weights drawn apart from the data's randomness: the same in every process, and in a resumed run.
         with seeded(int(self.config.init_seed) * 1_000_003 + self.num_experts):
-            self._grow(max(classes) + 1)
+            self.grow_head(max(classes) + 1)
             if not len(self.finished) or bool(self.finished[-1]):
                 self.start_component(self.next_rank())
         self.current_classes = torch.zeros_like(self.trained_classes)
@@ -187,7 +185,8 @@ class LoRASumViT(DynamicModule):
         ``nn.Linear``'s default, InfLoRA's classifier; subclasses override)."""
         return nn.Linear(width, count)
 
-    def _grow(self, num_classes: int) -> None:
+    def grow_head(self, num_classes: int) -> None:
+        """Head rows for class ids up to ``num_classes`` (new ones as :meth:`new_head_rows` makes them; old rows kept)."""
         extra = num_classes - self.head_weight.shape[0]
         if extra <= 0:
             return
@@ -227,10 +226,7 @@ class LoRASumViT(DynamicModule):
 
     def experts_state_dict(self) -> dict[str, Tensor]:
         """Everything learned (components, method parameters, head, class masks), no backbone weight."""
-        frozen = {name for name, _ in self.backbone.named_parameters() if ".components." not in name}
-        frozen |= {name for name, _ in self.backbone.named_buffers() if ".components." not in name}
-        return {k: v for k, v in self.state_dict().items()
-                if not (k.startswith("backbone.") and k.removeprefix("backbone.") in frozen)}
+        return learned_state(self)
 
     def save_pretrained(self, folder: PathLike) -> Path:
         """Write the learned state (no backbone) and ``config.json`` into ``folder``, atomically."""
@@ -243,15 +239,4 @@ class LoRASumViT(DynamicModule):
 
     def load_experts_state_dict(self, state: dict[str, Tensor]) -> None:
         """Load :meth:`experts_state_dict` into this model, growing its structure to fit first."""
-        ranks = {int(m.group(1)): state[k].shape[1] for k in state if (m := _COMPONENT_A.match(k))}
-        for index in range(self.num_experts, len(ranks)):
-            self.start_component(ranks[index])
-        self._grow(state["head_weight"].shape[0])
-        take_stored_shapes(self, state, "", ("finished", "trained_classes", "current_classes"))
-        missing, unexpected = self.load_state_dict(state, strict=False)
-        missing = [k for k in missing if k in self.experts_state_dict()]
-        if missing or unexpected:
-            raise ValueError(f"the state does not fit this {type(self).__name__}: missing {missing}, "
-                             f"unexpected {unexpected}")
-        self.max_class_label = max(self.max_class_label, len(self.trained_classes))
-        self.set_trainable()  # what trains follows the loaded state: nothing of a finished component
+        load_learned_state(self, state)
