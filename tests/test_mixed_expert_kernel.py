@@ -148,6 +148,29 @@ def test_the_gathered_operators_do_not_grow_with_the_experts_in_a_batch():
     assert operators("segments", four) > operators("segments", two)
 
 
+@pytest.mark.parametrize("trains", [False, True], ids=["evaluation", "the newest trains, with gradients"])
+def test_torch_compile_takes_a_gathered_mixed_batch_as_one_graph(trains):
+    """No graph break (none at the stacks' cache either), so no recompile per batch layout; the segments'
+    data-dependent runs break the graph, which shows the count can see a break."""
+    import torch._dynamo as dynamo
+
+    model = random_experts(torch.float32, trains=trains)
+    x = images(8, torch.float32)
+    experts = torch.tensor([3, 0, 1, 1, 2, 0, 3, 2])
+    num_classes = model.num_classes
+
+    def graphs(kernel: str):
+        dynamo.reset()
+        with torch.set_grad_enabled(trains):
+            return dynamo.explain(lambda x, e: predict(model.features, model.bank.heads, num_classes, x, e, None,
+                                                       kernel))(x, experts)
+
+    gathered, segments = graphs("gathered"), graphs("segments")
+    dynamo.reset()
+    assert (gathered.graph_count, gathered.graph_break_count) == (1, 0), gathered.break_reasons
+    assert segments.graph_break_count > 0
+
+
 @pytest.mark.parametrize("batch, count", [(4, 2), (12, 4)])
 def test_host_syncs_of_an_evaluation_batch_do_not_depend_on_its_size_or_experts(batch, count):
     model = random_experts()
