@@ -17,7 +17,8 @@ from avalanche_color import InfLoRAConfig, InfLoRAViT, SDLoRAConfig, SDLoRAViT, 
 from avalanche_color.routing.class_router import ClassRouter
 from benchmarks.perf.cli import parse_args
 from benchmarks.perf.kernels import kernel_section
-from benchmarks.perf.learners import grown, peer_learners
+from benchmarks.perf.learner import grown
+from benchmarks.perf.learners_cvpr2025 import peer_learners
 from benchmarks.perf.memory import training_memory
 from benchmarks.perf.memory_section import memory_rows
 from benchmarks.perf.ratios import ratio_rows

@@ -15,7 +15,7 @@ from typing import Callable, Optional, Sequence
 import torch
 from torch import Tensor
 
-from benchmarks.perf.learners import Learner
+from benchmarks.perf.learner import Learner
 from benchmarks.perf.memory import StepMemory, state_bytes, step_memory
 
 HEADING = "## Training memory against experiences learned"
