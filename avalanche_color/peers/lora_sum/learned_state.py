@@ -4,17 +4,31 @@ into a model whose structure grows to fit it first (components, head rows, class
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from torch import Tensor
+from torch import Tensor, nn
 
 from avalanche_color.utils.state import take_stored_shapes
 
-if TYPE_CHECKING:  # the model calls these functions; a type hint only
-    from avalanche_color.peers.lora_sum.model import LoRASumViT
-
 # The first block's A of each component: the components' ranks, in order.
 _COMPONENT_A = re.compile(r"^backbone\.blocks\.0\.attn\.qkv\.components\.(\d+)\.A$")
+
+
+class LoRASumViT(Protocol):
+    """What these functions use of the model (a ``LoRASumViT``, whose methods call them), named here by what
+    it has so that this module never imports the model."""
+
+    backbone: nn.Module
+    num_experts: int
+    max_class_label: int
+    trained_classes: Tensor
+
+    def state_dict(self) -> dict[str, Tensor]: ...
+    def load_state_dict(self, state: dict[str, Tensor], strict: bool = ...) -> tuple[list[str], list[str]]: ...
+    def experts_state_dict(self) -> dict[str, Tensor]: ...
+    def start_component(self, rank: int) -> None: ...
+    def grow_head(self, num_classes: int) -> None: ...
+    def set_trainable(self) -> None: ...
 
 
 def learned_state(model: LoRASumViT) -> dict[str, Tensor]:
