@@ -22,7 +22,7 @@ from avalanche.training.determinism.rng_manager import RNGManager
 
 from avalanche_color import L2P, CLLoRA, InfLoRA, LoRASubtraction, SDLoRA, SPrompts, train_stream
 from avalanche_color.benchmarks.registry import benchmark_spec
-from avalanche_color.runner.backbones import load_backbone, with_head
+from avalanche_color.runner.backbone_loading import load_backbone, with_head
 from avalanche_color.runner.config import RunConfig
 from avalanche_color.runner.methods.prompts import L2P_OPTIONS
 from avalanche_color.runner.report import forgetting, mean_and_spread, weighted_mean

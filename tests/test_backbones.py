@@ -9,7 +9,7 @@ import timm
 import torch
 
 from avalanche_color import backbone_data_config
-from avalanche_color.runner.backbones import OFFLINE_BACKBONE, load_backbone, save_backbone, with_head
+from avalanche_color.runner.backbone_loading import OFFLINE_BACKBONE, load_backbone, save_backbone, with_head
 
 TINY = dict(img_size=16, patch_size=4, embed_dim=32, depth=2, num_heads=2)
 
@@ -71,7 +71,7 @@ def test_with_head_adds_a_fresh_classifier():
 
 def test_the_package_ships_its_small_backbones_and_loads_them_by_name():
     from avalanche_color.backbones import offline_backbone
-    from avalanche_color.runner.backbones import load_backbone
+    from avalanche_color.runner.backbone_loading import load_backbone
 
     for name, size in (("digits", 16), ("offline", 32)):
         vit = offline_backbone(name)
@@ -162,13 +162,13 @@ def test_without_network_or_cache_one_line_says_what_to_pass_at_once(tmp_path, m
 
     import huggingface_hub.constants
 
-    import avalanche_color.runner.backbones as backbones
+    import avalanche_color.runner.backbone_loading as backbone_loading
     from avalanche_color.runner.cli import main
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
-    monkeypatch.setattr(backbones, "_hub_reachable", lambda endpoint: False)
+    monkeypatch.setattr(backbone_loading, "_hub_reachable", lambda endpoint: False)
     start = time.perf_counter()
-    with pytest.raises(backbones.BackboneUnavailable) as error:
+    with pytest.raises(backbone_loading.BackboneUnavailable) as error:
         load_backbone("vit_tiny_patch16_224.augreg_in21k")
     assert time.perf_counter() - start < 10
     message = str(error.value)

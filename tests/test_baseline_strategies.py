@@ -21,7 +21,7 @@ from avalanche_color import CoLoRConfig, DataChecksPlugin
 from avalanche_color.baselines import NCM, CurrentClassesMasking, JointLoRA, RanPAC
 from avalanche_color.baselines.options import BaselineOptions
 from avalanche_color.runner import RunConfig
-from avalanche_color.runner.backbones import with_head
+from avalanche_color.runner.backbone_loading import with_head
 from avalanche_color.runner.run import build_method
 from helpers import quiet_evaluator
 from streams import class_stream, domain_stream, tiny_vit

@@ -20,7 +20,7 @@ import avalanche_color.runner.comparison as comparison
 from avalanche_color.baselines import SeenClassesNCM
 from avalanche_color.benchmarks import benchmark_spec
 from avalanche_color.runner import RunConfig, RunConfigError, run_comparison
-from avalanche_color.runner.backbones import with_head
+from avalanche_color.runner.backbone_loading import with_head
 from avalanche_color.runner.plan import plan_runs
 from avalanche_color.runner.presets import PAPER
 from avalanche_color.runner.provenance import config_record

@@ -137,7 +137,7 @@ def test_wandb_keeps_each_runs_history_and_summary_out_of_the_terminal(tiny_back
 
 @pytest.mark.parametrize("method", ["CoLoR", "CoLoR++", "S-Prompts"])
 def test_per_class_prototypes_reach_the_prototype_routed_methods(method, tiny_backbone):
-    from avalanche_color.runner.backbones import load_backbone
+    from avalanche_color.runner.backbone_loading import load_backbone
     from avalanche_color.runner.run import build_method
 
     def build(**settings):

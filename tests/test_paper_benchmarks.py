@@ -128,7 +128,7 @@ def test_an_interrupted_core50_comparison_resumes_to_the_uninterrupted_results(s
                                                       ("domainnet", 1e-3, 50, 5)])
 def test_the_paper_preset_trains_and_feeds_colour_as_its_table_says(benchmark, lr, epochs, k, small_backbone,
                                                                        tmp_path, monkeypatch):
-    from avalanche_color.runner.backbones import load_backbone
+    from avalanche_color.runner.backbone_loading import load_backbone
     from avalanche_color.runner.presets import PAPER_PIPELINE
     from avalanche_color.runner.run import build_method, build_stream
 

@@ -13,8 +13,8 @@ timm's models do, and :func:`backbone_transform` gives the matching transform::
 
     transform = backbone_transform(vit)  # e.g. digits: 8 px grey in [0, 1] -> bilinear 16 px, 3 channels, (x - 0.5) / 0.5
 
-How each was made: the repository's ``benchmarks/backbones/README.md`` (``python -m
-benchmarks.backbones.pretrain`` and ``pretrain_digits`` make them again). A file holds the timm
+How each was made: the repository's ``benchmarks/pretraining/README.md`` (``python -m
+benchmarks.pretraining.tiny_imagenet`` and ``benchmarks.pretraining.digits`` make them again). A file holds the timm
 architecture name, the keyword arguments it was resized with, the preprocessing and the weights
 (:func:`save_backbone`); a JSON file of the same name beside it may give the preprocessing
 (its ``"pretrained_cfg"``), as the shipped backbones' do.

@@ -112,7 +112,7 @@ def pretrained_vit(split: DigitsSplit, *, epochs: int = 60, seed: int = 0,
     """Weights of :func:`small_vit` (without its head) pretrained on the held-out plain digits.
 
     The main job loads the committed result (``load_backbone("digits")``); this runs only when
-    asked (the repository's ``python -m benchmarks.backbones.pretrain_digits``).
+    asked (the repository's ``python -m benchmarks.pretraining.digits``).
     """
     model = small_vit(NUM_CLASSES, seed)
     images, labels = normalise(split.pretrain[0]), split.pretrain[1]

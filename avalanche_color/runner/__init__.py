@@ -46,7 +46,7 @@ from avalanche_color.runner.config import RunConfig, RunConfigError
 from avalanche_color.runner.methods import METHODS, Method, MethodRun
 
 # Imported on first use: they import torch, which the command line's --help does without.
-_LAZY = {"run_comparison": "comparison", "load_backbone": "backbones", "build_stream": "run"}
+_LAZY = {"run_comparison": "comparison", "load_backbone": "backbone_loading", "build_stream": "run"}
 
 __all__ = ["METHODS", "Method", "MethodRun", "RunConfig", "RunConfigError", *_LAZY]
 

@@ -13,7 +13,7 @@ from tqdm import tqdm
 
 from avalanche_color.benchmarks.registry import BenchmarkSpec, benchmark_spec, check_data
 from avalanche_color.runner.attempt import check_folder, complete_attempt, start_attempt
-from avalanche_color.runner.backbones import load_backbone
+from avalanche_color.runner.backbone_loading import load_backbone
 from avalanche_color.runner.config import RunConfig, RunConfigError
 from avalanche_color.runner.machine import describe_machine
 from avalanche_color.runner.methods import method

@@ -22,7 +22,7 @@ from avalanche_color import (L2P, CLLoRAViT, InfLoRAViT, LoRASubtractionViT, Rou
                              TrainingProgress, backbone_data_config, experience_classes, routing_accuracy_metrics,
                              train_stream, write_atomically)
 from avalanche_color.benchmarks.registry import BenchmarkSpec, StreamRequest, benchmark_spec
-from avalanche_color.runner.backbones import with_head
+from avalanche_color.runner.backbone_loading import with_head
 from avalanche_color.runner.config import RunConfig
 from avalanche_color.runner.loggers import avalanche_loggers, wandb_logger
 from avalanche_color.runner.methods import MethodRun, method

@@ -1,6 +1,6 @@
 """Pretrains the offline backbone: a small timm ViT on the first 100 Tiny-ImageNet classes, 32 px.
 
-    python -m benchmarks.backbones.pretrain [--data PATH] [--epochs N] [--threads N] [--out FILE]
+    python -m benchmarks.pretraining.tiny_imagenet [--data PATH] [--epochs N] [--threads N] [--out FILE]
 
 CoLoR needs a pretrained ViT; where none can be downloaded, this trains one on the 100
 classes that the Split Tiny-ImageNet stream never uses, sized to train on one CPU core in a
@@ -8,7 +8,7 @@ few hours (a GPU is used when present; the time and accuracy of the committed ru
 ``vit_tinyimagenet100_32px.json``).
 It checkpoints after every epoch and resumes from the last checkpoint when run again with the
 same configuration. The result (headless, with its config and validation accuracy) is written
-to ``benchmarks/backbones/`` and loaded by ``load_backbone("offline")``.
+to the package's ``avalanche_color/backbones/`` and loaded by ``load_backbone("offline")``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from tqdm import tqdm
 from avalanche_color.utils.files import torch_save_atomically
 from avalanche_color.benchmarks.archives import CACHE_DIR
 from avalanche_color.benchmarks.tiny_imagenet import PRETRAIN_CLASSES, load_tiny_imagenet
-from avalanche_color.runner.backbones import OFFLINE_BACKBONE, save_backbone
+from avalanche_color.runner.backbone_loading import OFFLINE_BACKBONE, save_backbone
 
 ARCHITECTURE = "vit_tiny_patch16_224"  # a registered timm ViT, resized by MODEL_KWARGS
 MEAN = STD = (0.5, 0.5, 0.5)
@@ -94,7 +94,8 @@ def learning_rate(step: int, steps_per_epoch: int, config: Config) -> float:
     return config.lr * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
 
 
-CURVE_BEGIN, CURVE_END = "<!-- curve: written by pretrain.py -->", "<!-- end of curve -->"
+README = Path(__file__).with_name("README.md")  # the offline backbone's record, with its training curve
+CURVE_BEGIN, CURVE_END = "<!-- curve: written by tiny_imagenet.py -->", "<!-- end of curve -->"
 
 
 def curve_table(history: list[dict]) -> str:
@@ -179,7 +180,8 @@ def pretrain(config: Config, data: Path, out: Path, checkpoint: Path) -> dict:
     save_backbone(model.cpu(), out, architecture=ARCHITECTURE, model_kwargs=config.model_kwargs(),
                   extra={"pretraining": record})
     out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
-    write_curve(out.parent / "README.md", history)
+    if out.resolve() == OFFLINE_BACKBONE.resolve():  # the shipped file: its record is the README beside this script
+        write_curve(README, history)
     return record
 
 

@@ -1,6 +1,6 @@
 """Pretrain the main job's small ViT on held-out digits and write ``vit_digits_16px.pt``.
 
-    python -m benchmarks.backbones.pretrain_digits            # about a minute on one CPU core
+    python -m benchmarks.pretraining.digits            # about a minute on one CPU core
 
 The committed file is what ``load_backbone("digits")`` (and ``make main``) uses, so every
 machine starts from the same weights; this command makes it again. Pretraining on another
@@ -17,7 +17,7 @@ from pathlib import Path
 import timm
 
 from avalanche_color.benchmarks.digits import DIGITS_VIT, digits_split, pretrained_vit
-from avalanche_color.runner.backbones import DIGITS_BACKBONE, save_backbone
+from avalanche_color.runner.backbone_loading import DIGITS_BACKBONE, save_backbone
 from avalanche_color.runner.provenance import weights_digest
 
 EPOCHS = 60

@@ -14,7 +14,7 @@ hub cannot be reached and the weights are not in its cache, :class:`BackboneUnav
 in one line what to pass instead, at once rather than after the hub's retries.
 
 The two small ViTs ship with the package (:mod:`avalanche_color.backbones`); the repository's
-``benchmarks/backbones/`` makes them.
+``benchmarks/pretraining/`` makes them.
 
 Every backbone comes without a classifier head (``num_classes=0``): CoLoR adds its own heads
 and the baselines get theirs from :func:`with_head`. The input size and normalisation the backbone
