@@ -21,7 +21,7 @@ from dataclasses import MISSING, dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from avalanche_color.runner.config import DEFAULT_OUT, RunConfig, RunConfigError, setting
+from avalanche_color.runner.config import BUDGET, DEFAULT_OUT, RunConfig, RunConfigError, setting
 from avalanche_color.utils.checks import boolean, optional, path, text
 
 PROGRAM = "avalanche-color"
@@ -46,6 +46,12 @@ class CommandLine:
                 raise RunConfigError(spec.name, getattr(self, spec.name), problem)
 
 
+# The titled groups of flags in --help (a setting's ``group``): title and description.
+GROUPS = {BUDGET: ("the comparison's budget",
+                   "What every method of the run gets alike: short, for small data and CPUs.\nA method's own "
+                   "defaults (CoLoR's 50 epochs at batch 128 ...) are its paper's: --preset paper takes them.")}
+
+
 def flag(spec: dataclasses.Field) -> str:
     return spec.metadata["flag"] or "--" + spec.name.replace("_", "-")
 
@@ -54,6 +60,7 @@ def add_flags(parser: argparse.ArgumentParser, options: type) -> None:
     """One flag per command-line field of the dataclass ``options``: its type, several values for a
     tuple, a switch for a bool; absent flags stay out of the namespace, so the dataclass's defaults
     (and a preset's) apply."""
+    groups: dict[str, Any] = {}
     for spec in dataclasses.fields(options):
         if not spec.metadata["cli"]:
             continue
@@ -75,7 +82,10 @@ def add_flags(parser: argparse.ArgumentParser, options: type) -> None:
             arguments["metavar"] = (name.removesuffix("s") if kind.startswith("tuple") else name).upper()
         if default is MISSING:
             arguments["required"] = True
-        parser.add_argument(flag(spec), default=argparse.SUPPRESS, **arguments)
+        group = spec.metadata["group"]
+        if group and group not in groups:
+            groups[group] = parser.add_argument_group(*GROUPS[group])
+        groups.get(group, parser).add_argument(flag(spec), default=argparse.SUPPRESS, **arguments)
 
 
 def _shown(value: Any) -> str:

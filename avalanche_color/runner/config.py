@@ -57,11 +57,17 @@ class RunConfigError(ValueError):
         self.field, self.value, self.problem = field, value, problem
 
 
+# The comparison's budget: what every method of a run gets alike. Short, for small data and CPUs; a method's
+# own defaults (CoLoR's 50 epochs at batch 128 ...) are its paper's, which --preset paper takes.
+BUDGET = "budget"
+
+
 def setting(default: Any, help: str, check: Check, *, flag: Optional[str] = None, choices: Any = None,
-            cli: bool = True, **field_options: Any) -> Any:
+            cli: bool = True, group: Optional[str] = None, **field_options: Any) -> Any:
     """A :class:`RunConfig` field: its default, help text and check (and, on the command line,
-    its flag, its choices, or ``cli=False`` for a field the command line sets itself)."""
-    metadata = dict(help=help, check=check, flag=flag, choices=choices, cli=cli)
+    its flag, its choices, the group of flags it is listed in (``BUDGET``), or ``cli=False`` for a field
+    the command line sets itself)."""
+    metadata = dict(help=help, check=check, flag=flag, choices=choices, cli=cli, group=group)
     if isinstance(default, (list, dict, set)):
         raise TypeError("a mutable default would be shared between configs")
     return dataclasses.field(default=default, metadata=metadata, **field_options)
@@ -90,8 +96,9 @@ class RunConfig:
         None, "named settings for the benchmark (paper: the paper's rank, k, batch, epochs, lr, weight decay, "
               "backbone and normalisation); flags given override it", optional(one_of(PRESETS)),
         choices=sorted(PRESETS))
-    epochs: int = setting(5, "training epochs per experience", positive_int)
-    batch_size: int = setting(64, "training batch size (under torchrun: per process)", positive_int)
+    epochs: int = setting(5, "training epochs per experience of every method", positive_int, group=BUDGET)
+    batch_size: int = setting(64, "training batch size of every method (under torchrun: per process)", positive_int,
+                              group=BUDGET)
     backbone: Optional[str] = setting(
         None, "a pretrained timm name (from the Hugging Face cache or hub), a weights file (a file save_backbone "
               "wrote, or a timm state dict .pth/.pt/.bin/.safetensors with --architecture), 'random:<timm name>' "
@@ -114,8 +121,9 @@ class RunConfig:
                                              "(--preset paper: ImageNet's, as S-Prompts' code)",
                                  one_of(NORMALISATIONS), choices=NORMALISATIONS)
     ridge_width: int = setting(2048, "random features M of RanPAC and the ridge routers", positive_int)
-    color_lr: float = setting(0.05, "lr of CoLoR, S-Prompts and Joint-LoRA (SGD, cosine per experience)", positive)
-    baseline_lr: float = setting(0.01, "lr of the fine-tuning baselines (SGD)", positive)
+    color_lr: float = setting(0.05, "lr of CoLoR, S-Prompts and Joint-LoRA (SGD, cosine per experience)", positive,
+                              group=BUDGET)
+    baseline_lr: float = setting(0.01, "lr of the fine-tuning baselines (SGD)", positive, group=BUDGET)
     weight_decay: Optional[float] = setting(
         None, "weight decay of every method's SGD (default: each method's own: CoLoR 2e-4, fine-tuning 0)",
         optional(non_negative))
