@@ -75,3 +75,13 @@ def test_resuming_a_completed_comparison_carries_its_runs_into_the_attempt(tmp_p
     (tmp_path / "runs" / "CoLoR_seed0.json").write_text("{}")
     attempt = start_attempt(tmp_path, record(), resume=True)
     assert (attempt / "runs" / "CoLoR_seed0.json").read_text() == "{}"
+
+
+def test_the_machine_line_names_the_vector_instructions_of_torchs_cpu_kernels():
+    """Machines of one CPU family that differ in them (AVX2, AVX512) sum floats in another order: a results
+    file says which made it."""
+    from avalanche_color.runner.machine import describe_machine
+
+    line = describe_machine("cpu")
+    assert line.startswith("cpu: ") and f"{torch.backends.cpu.get_cpu_capability()})" in line
+    assert f"{torch.get_num_threads()} thread" in line and line.endswith(f"torch {torch.__version__}")

@@ -9,13 +9,17 @@ import torch
 
 
 def cpu_model() -> str:
-    """The CPU's model name where the system tells it (Linux), else its architecture."""
+    """The CPU's model name where the system tells it (Linux), else its processor, with its architecture and the
+    vector instructions torch's CPU kernels use (AVX2, AVX512, ...): machines that differ there sum floats in
+    another order, so their runs differ seed by seed, and a virtual machine may name its CPU by its family only."""
+    name = platform.processor() or platform.machine()
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.exists():
         for line in cpuinfo.read_text(errors="replace").splitlines():
             if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()} ({platform.machine()})"
-    return platform.processor() or platform.machine()
+                name = line.split(":", 1)[1].strip()
+                break
+    return f"{name} ({platform.machine()}, {torch.backends.cpu.get_cpu_capability()})"
 
 
 def describe_machine(device: str | torch.device) -> str:
