@@ -2,7 +2,8 @@
 
 * ``color``: CoLoR and its routing variants, and Joint-LoRA (one CoLoR expert on the whole stream);
 * ``prompts``: the prompt-tuning peers, S-Prompts and L2P;
-* ``lora_peers``: the LoRA continual learners that route nothing, SD-LoRA and InfLoRA;
+* ``lora_peers``: the LoRA continual learners that route nothing, SD-LoRA, InfLoRA, LoRA subtraction and
+  CL-LoRA;
 * ``avalanche_baselines``: Avalanche's fine-tuning strategies (Naive, FT-masked, EWC, LwF, Replay, Joint-FT);
 * ``training_free``: NCM and RanPAC on the frozen backbone.
 
@@ -101,6 +102,19 @@ class Method:
     distributed: bool = False
     checkpoint: bool = False
     lr_chosen_by: str = ""
+
+
+def package_strategy(class_name: str) -> Callable[[MethodRun, dict[str, Any]], "SupervisedTemplate"]:
+    """The ``build`` of a method that is one of the package's strategies: ``avalanche_color.<class_name>``
+    on a fresh backbone without a head, with the method's options and those every strategy gets alike
+    (imported when called, so that listing the methods imports no torch)."""
+
+    def build(run: MethodRun, options: dict[str, Any]) -> "SupervisedTemplate":
+        strategy_class = getattr(import_module("avalanche_color"), class_name)
+        return strategy_class(run.backbone(0), **options, **run.strategy_options)
+
+    build.__qualname__ = f"package_strategy({class_name!r})"
+    return build
 
 
 def _registry() -> dict[str, Method]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from avalanche_color.runner.methods import Method, MethodRun
+from avalanche_color.runner.methods import Method, MethodRun, package_strategy
 
 
 COLOR_LR_CHOICE = ("--color-lr (default 0.05, set by hand for the runner's short budgets); --preset paper: "
@@ -24,14 +24,8 @@ def _color_options(routing: dict[str, str]):
     return options
 
 
-def _build_color(run: MethodRun, options: dict[str, Any]):
-    from avalanche_color import CoLoR
-
-    return CoLoR(run.backbone(0), **options, **run.strategy_options)
-
-
 def _variant(name: str, task_labels: bool = False, **routing: str) -> Method:
-    return Method(name, _color_options(routing), _build_color, lora=True, prototypes=True, frozen_backbone=True,
+    return Method(name, _color_options(routing), package_strategy("CoLoR"), lora=True, prototypes=True, frozen_backbone=True,
                   task_labels=task_labels, distributed=True, checkpoint=True, lr_chosen_by=COLOR_LR_CHOICE)
 
 

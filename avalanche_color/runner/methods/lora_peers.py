@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from avalanche_color.runner.methods import Method, MethodRun
+from avalanche_color.runner.methods import Method, MethodRun, package_strategy
 
 INF_LORA_LR = 5e-3
 
@@ -35,7 +35,7 @@ def _short_budget_lr(run: MethodRun, lr: float) -> dict[str, float]:
     return {} if run.config.preset == "paper" else {"lr": lr}
 
 
-def _sd_lora_options(run: MethodRun) -> dict[str, Any]:
+def _lora_options(run: MethodRun) -> dict[str, Any]:
     return dict(rank=run.rank, **run.weight_decay, **run.precision)
 
 
@@ -44,48 +44,16 @@ def _inf_lora_options(run: MethodRun) -> dict[str, Any]:
                 **run.weight_decay, **run.precision)
 
 
-def _build_sd_lora(run: MethodRun, options: dict[str, Any]):
-    from avalanche_color import SDLoRA
-
-    return SDLoRA(model=run.backbone(0), **options, **run.strategy_options)
-
-
-def _build_inf_lora(run: MethodRun, options: dict[str, Any]):
-    from avalanche_color import InfLoRA
-
-    return InfLoRA(model=run.backbone(0), **options, **run.strategy_options)
-
-
-def _lora_sub_options(run: MethodRun) -> dict[str, Any]:
-    return dict(rank=run.rank, **run.weight_decay, **run.precision)
-
-
-def _build_lora_sub(run: MethodRun, options: dict[str, Any]):
-    from avalanche_color import LoRASubtraction
-
-    return LoRASubtraction(model=run.backbone(0), **options, **run.strategy_options)
-
-
-def _cl_lora_options(run: MethodRun) -> dict[str, Any]:
-    return dict(rank=run.rank, **run.weight_decay, **run.precision)
-
-
-def _build_cl_lora(run: MethodRun, options: dict[str, Any]):
-    from avalanche_color import CLLoRA
-
-    return CLLoRA(model=run.backbone(0), **options, **run.strategy_options)
-
+LORA_PEER = dict(lora=True, frozen_backbone=True, distributed=True, checkpoint=True)  # what the four share
 
 METHODS = (
-    Method("SD-LoRA", _sd_lora_options, _build_sd_lora, lora=True, frozen_backbone=True, distributed=True,
-           checkpoint=True, lr_chosen_by="its authors' code (SD-Lora-CL exps/sdlora_c100.json: SGD 0.008, constant)"),
-    Method("InfLoRA", _inf_lora_options, _build_inf_lora, lora=True, frozen_backbone=True, distributed=True,
-           checkpoint=True, lr_chosen_by="by hand on digits_class at 2 epochs (5e-3; the code's 5e-4 underfits "
-                                         "short budgets); --preset paper: its code's 5e-4"),
-    Method("LoRA-Sub", _lora_sub_options, _build_lora_sub, lora=True, frozen_backbone=True, distributed=True,
-           checkpoint=True,
+    Method("SD-LoRA", _lora_options, package_strategy("SDLoRA"), **LORA_PEER,
+           lr_chosen_by="its authors' code (SD-Lora-CL exps/sdlora_c100.json: SGD 0.008, constant)"),
+    Method("InfLoRA", _inf_lora_options, package_strategy("InfLoRA"), **LORA_PEER,
+           lr_chosen_by="by hand on digits_class at 2 epochs (5e-3; the code's 5e-4 underfits short budgets); "
+                        "--preset paper: its code's 5e-4"),
+    Method("LoRA-Sub", _lora_options, package_strategy("LoRASubtraction"), **LORA_PEER,
            lr_chosen_by="its authors' code (LoRA-Sub-DRS configs/cifar100.json: projected Adam 5e-4, head 2e-3)"),
-    Method("CL-LoRA", _cl_lora_options, _build_cl_lora, lora=True, frozen_backbone=True, distributed=True,
-           checkpoint=True,
+    Method("CL-LoRA", _lora_options, package_strategy("CLLoRA"), **LORA_PEER,
            lr_chosen_by="its authors' code (CL-LoRA exps/cifar.json: SGD 0.03, per-epoch cosine)"),
 )

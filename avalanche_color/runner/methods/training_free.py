@@ -4,24 +4,10 @@ normalised features, SimpleCIL) and RanPAC (a closed-form ridge over random ReLU
 
 from __future__ import annotations
 
-from typing import Any
-
-from avalanche_color.runner.methods import Method, MethodRun
-
-
-def _build_ncm(run: MethodRun, options: dict[str, Any]):
-    from avalanche_color import NCM
-
-    return NCM(run.backbone(0), **options, **run.strategy_options)
-
-
-def _build_ranpac(run: MethodRun, options: dict[str, Any]):
-    from avalanche_color import RanPAC
-
-    return RanPAC(run.backbone(0), **options, **run.strategy_options)
+from avalanche_color.runner.methods import Method, MethodRun, package_strategy
 
 
 METHODS = (
-    Method("NCM", lambda run: {}, _build_ncm),
-    Method("RanPAC", lambda run: dict(width=run.config.ridge_width), _build_ranpac),
+    Method("NCM", lambda run: {}, package_strategy("NCM")),
+    Method("RanPAC", lambda run: dict(width=run.config.ridge_width), package_strategy("RanPAC")),
 )
