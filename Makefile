@@ -99,18 +99,24 @@ benchmarks-lora-peers-small: $(STAMP)
 	$(COMPARE) --benchmark digits_domain $(DIGITS_BUDGET) $(PROMPT_METHODS) --seeds 0 1 2 --resume --name digits_domain_prompts
 
 # One tuning rule for every method (--tune lr): CoLoR, the prompt peers and the LoRA peers, each at the lr
-# of one grid that scores best on a validation split of the training experiences (seed 0), then 3 seeds.
-# About 4.5 CPU hours; `make -j2 benchmarks-tuned` runs the two lanes side by side.
+# of one grid that scores best on a validation split of the training experiences (seed 0), then 3 seeds;
+# the two CVPR 2025 methods (LoRA subtraction, CL-LoRA) under the same rule in folders of their own.
+# About 7 CPU hours; `make -j2 benchmarks-tuned` runs the two lanes side by side.
 TUNED := --methods CoLoR S-Prompts L2P SD-LoRA InfLoRA --tune lr --seeds 0 1 2 --resume
+TUNED_2025 := --methods LoRA-Sub CL-LoRA --tune lr --seeds 0 1 2 --resume
 benchmarks-tuned: benchmarks-tuned-tiny benchmarks-tuned-small
 
 benchmarks-tuned-tiny: $(STAMP)
 	$(COMPARE) $(TINY) $(TUNED) --name split_tiny_imagenet_tuned
+	$(COMPARE) $(TINY) $(TUNED_2025) --name split_tiny_imagenet_tuned_2025
 
 benchmarks-tuned-small: $(STAMP)
 	$(COMPARE) --benchmark digits_class $(DIGITS_BUDGET) $(TUNED) --name digits_class_tuned
 	$(COMPARE) --benchmark digits_domain $(DIGITS_BUDGET) $(TUNED) --name digits_domain_tuned
 	$(COMPARE) $(PACS) $(TUNED) --name pacs_tuned
+	$(COMPARE) --benchmark digits_class $(DIGITS_BUDGET) $(TUNED_2025) --name digits_class_tuned_2025
+	$(COMPARE) --benchmark digits_domain $(DIGITS_BUDGET) $(TUNED_2025) --name digits_domain_tuned_2025
+	$(COMPARE) $(PACS) $(TUNED_2025) --name pacs_tuned_2025
 
 # Speed and memory ratios (benchmarks/results/perf.md); peft only as a point of comparison.
 perf: $(STAMP)
