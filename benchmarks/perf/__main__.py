@@ -24,6 +24,7 @@ from benchmarks.perf.memory_section import memory_rows
 from benchmarks.perf.ratios import ratio_rows
 from benchmarks.perf.report import command_line, machine, plural, replace_section
 from benchmarks.perf.sizes import CLASSES, PHOTOS, ROUTER_WIDTH
+from benchmarks.perf.step import color_training_step
 from benchmarks.perf.timing import Variant, interleaved, seconds
 from benchmarks.perf.workloads import (JPEGDataset, build_color, build_lora_sum, fitted_class_routers, jpeg_photos,
                                        load_epoch, paper_train_transform, peft_adapters, training_loader)
@@ -113,13 +114,8 @@ def main() -> None:
     }
 
     # Training: CoLoR step (newest expert) against full fine-tuning of the same ViT.
-    color_optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1e-3, momentum=0.9)
+    color_step, color_optimizer = color_training_step(model, x, labels)
     criterion = nn.CrossEntropyLoss()
-
-    def color_step():
-        color_optimizer.zero_grad(set_to_none=True)
-        criterion(model(x), labels).backward()
-        color_optimizer.step()
 
     full = timm.create_model(args.model, pretrained=False, num_classes=CLASSES * experts).to(device).train()
     full_optimizer = torch.optim.SGD(full.parameters(), lr=1e-3, momentum=0.9)

@@ -6,12 +6,14 @@ table (the same model, batch, rank, experts and optimiser), in a minute or two i
 It is the check to run when a change may have moved the step, and the way to tell a slower machine from slower
 code: run it from two trees on one machine, alternating, and compare. Run as a file (``PYTHONPATH=<tree> python
 benchmarks/perf/step.py``) it times the tree on ``PYTHONPATH``, also one whose ``benchmarks.perf`` has no
-``step`` module: it needs only that tree's ``build_color`` and timing helpers.
+``step`` module: it needs only that tree's ``build_color`` and timing helpers (so it keeps its own
+``CLASSES`` and :func:`color_training_step`, which the table's script imports from here).
 """
 
 from __future__ import annotations
 
 import argparse
+from typing import Callable
 
 import timm
 import torch
@@ -22,6 +24,21 @@ from benchmarks.perf.timing import Variant, interleaved, per_round, seconds
 from benchmarks.perf.workloads import build_color
 
 CLASSES = 10  # per expert, as in the table (benchmarks.perf.sizes)
+
+
+def color_training_step(model: nn.Module, x: torch.Tensor, labels: torch.Tensor
+                        ) -> tuple[Callable[[], None], torch.optim.Optimizer]:
+    """CoLoR's training step as every R1 is timed (here and in ``benchmarks.perf``'s table): SGD with momentum on
+    the trainable parameters (the newest expert and head), cross-entropy on ``model(x)``; and its optimiser."""
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1e-3, momentum=0.9)
+    criterion = nn.CrossEntropyLoss()
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        criterion(model(x), labels).backward()
+        optimizer.step()
+
+    return step, optimizer
 
 
 def parse_args() -> argparse.Namespace:
@@ -52,18 +69,12 @@ def main() -> None:
     vit = timm.create_model(args.model, pretrained=False, num_classes=0)
     model = build_color(vit, args.experts, args.rank, CLASSES, args.k, device)
     x = torch.randn(args.batch_size, 3, *vit.patch_embed.img_size, generator=generator).to(device)
-    labels = (torch.randint(0, CLASSES, (args.batch_size,), generator=generator) + CLASSES * (args.experts - 1)).to(device)
-    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1e-3, momentum=0.9)
-    criterion = nn.CrossEntropyLoss()
+    labels = torch.randint(0, CLASSES, (args.batch_size,), generator=generator) + CLASSES * (args.experts - 1)
+    color_step, _ = color_training_step(model, x, labels.to(device))
 
     def frozen_forward() -> None:
         with torch.no_grad():
             model.features(x)
-
-    def color_step() -> None:
-        optimizer.zero_grad(set_to_none=True)
-        criterion(model(x), labels).backward()
-        optimizer.step()
 
     rounds = interleaved({"frozen-backbone forward": Variant(frozen_forward, setup=model.eval),
                           "CoLoR training step": Variant(color_step, setup=model.train)}, args.rounds, device)

@@ -25,8 +25,9 @@ def _color_options(routing: dict[str, str]):
 
 
 def _variant(name: str, task_labels: bool = False, **routing: str) -> Method:
-    return Method(name, _color_options(routing), package_strategy("CoLoR"), lora=True, prototypes=True, frozen_backbone=True,
-                  task_labels=task_labels, distributed=True, checkpoint=True, lr_chosen_by=COLOR_LR_CHOICE)
+    return Method(name, _color_options(routing), package_strategy("CoLoR"), lora=True, prototypes=True,
+                  frozen_backbone=True, task_labels=task_labels, distributed=True, checkpoint=True,
+                  lr_chosen_by=COLOR_LR_CHOICE)
 
 
 def _joint_lora_options(run: MethodRun) -> dict[str, Any]:
