@@ -146,6 +146,25 @@ def test_a_state_dict_of_another_architecture_or_none_is_refused_naming_the_file
         load_backbone(tmp_path / "missing.safetensors")
 
 
+def test_a_weights_file_at_another_input_size_is_timms_own_model_of_that_size(registered_vit, tmp_path):
+    from safetensors.torch import save_file
+
+    path = tmp_path / "vit.safetensors"
+    save_file({key: value.contiguous() for key, value in registered_vit.state_dict().items()}, path)
+    loaded = load_backbone(path, architecture="vit_tiny_patch16_224", image_size=112)
+    # timm's own way of loading a local file at another size: the position embedding resampled alike.
+    timms = timm.create_model("vit_tiny_patch16_224", pretrained=True, num_classes=0, img_size=112,
+                              pretrained_cfg_overlay=dict(file=str(path))).eval()
+    x = torch.randn(2, 3, 112, 112)
+    with torch.no_grad():
+        assert torch.allclose(loaded(x), timms(x), atol=1e-5)
+    config = backbone_data_config(loaded)
+    assert config["input_size"] == (3, 112, 112) and config["interpolation"] == "bicubic"
+    with pytest.raises(ValueError, match=r"image_size must be a positive multiple of the patch size 16 of backbone "
+                                         r"'.*vit.safetensors', got 100"):
+        load_backbone(path, architecture="vit_tiny_patch16_224", image_size=100)
+
+
 def test_random_weights_on_request_have_the_architectures_shape_and_normalisation():
     torch.manual_seed(0)
     first = load_backbone("random:vit_tiny_patch16_224.augreg_in21k")

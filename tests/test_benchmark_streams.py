@@ -209,6 +209,32 @@ def test_pacs_decodes_once_into_the_cache(pacs_zip, tmp_path, monkeypatch):
     pacs(pacs_zip, image_size=SIZE, domains=("photo",), cache_dir=tmp_path, **NORM)
 
 
+def test_images_are_cached_at_most_at_their_stored_size_and_enlarged_by_the_transforms(pacs_zip, tmp_path):
+    stored = 64  # the fixture's JPEGs
+    data = load_pacs(pacs_zip, image_size=2 * stored, cache_dir=tmp_path)
+    assert data["images"].shape[1:] == (3, stored, stored)  # not enlarged in the cache
+    bilinear = pacs(pacs_zip, image_size=2 * stored, domains=("photo",), cache_dir=tmp_path, **NORM)
+    bicubic = pacs(pacs_zip, image_size=2 * stored, domains=("photo",), cache_dir=tmp_path,
+                   interpolation="bicubic", **NORM)
+    x, y = bilinear.test_stream[0].dataset[0][0], bicubic.test_stream[0].dataset[0][0]
+    assert x.shape == y.shape == (3, 2 * stored, 2 * stored)
+    assert not torch.equal(x, y)  # the backbone's interpolation is the one used
+    assert {p.name.endswith("_bicubic.pt") for p in tmp_path.glob("pacs_*.pt")} == {False, True}
+    with pytest.raises(ValueError, match="interpolation must be one of .* got 'sinc'"):
+        pacs(pacs_zip, image_size=SIZE, cache_dir=tmp_path, interpolation="sinc", **NORM)
+
+
+def test_pacs_train_per_class_keeps_each_domain_s_classes_and_the_test_split(pacs_zip, cache):
+    whole = pacs(pacs_zip, image_size=SIZE, seed=1, cache_dir=cache, **NORM)
+    few = pacs(pacs_zip, image_size=SIZE, seed=1, train_per_class=2, cache_dir=cache, **NORM)
+    for a, b in zip(whole.train_stream, few.train_stream):
+        counts = torch.as_tensor(list(b.dataset.targets)).unique(return_counts=True)[1]
+        assert counts.tolist() == [2] * len(PACS_CLASSES) and len(a.dataset) > len(b.dataset)
+    assert [eval_images(e.dataset) for e in whole.test_stream] == [eval_images(e.dataset) for e in few.test_stream]
+    with pytest.raises(ValueError, match="train_per_class must be a positive int or None, got 0"):
+        pacs(pacs_zip, image_size=SIZE, train_per_class=0, cache_dir=cache, **NORM)
+
+
 def test_pacs_reads_an_unpacked_folder(pacs_zip, tmp_path, cache):
     with zipfile.ZipFile(pacs_zip) as archive:
         archive.extractall(tmp_path / "unpacked")
@@ -322,8 +348,14 @@ def test_registry_builds_the_offline_streams_with_its_keywords(pacs_zip, tiny_im
     monkeypatch.setattr(avalanche_color.benchmarks.archives, "CACHE_DIR", tmp_path)  # the default cache, read at call time
     benchmark = benchmark_spec("pacs").stream(StreamRequest(SIZE, data=pacs_zip, task_labels=True, **NORM))
     assert [e.task_label for e in benchmark.train_stream] == [0, 1, 2, 3]
-    with pytest.raises(ValueError, match="train_per_class is only supported for split_tiny_imagenet, not pacs"):
-        benchmark_spec("pacs").stream(StreamRequest(SIZE, data=pacs_zip, train_per_class=1, **NORM))
+    subsampled = benchmark_spec("pacs").stream(StreamRequest(SIZE, data=pacs_zip, train_per_class=1, **NORM))
+    for whole, few in zip(benchmark.train_stream, subsampled.train_stream):  # one image of each class per domain
+        assert sorted(few.dataset.targets) == sorted(set(whole.dataset.targets))
+    for whole, same in zip(benchmark.test_stream, subsampled.test_stream):  # the test split does not move
+        assert list(whole.dataset.targets) == list(same.dataset.targets)
+    with pytest.raises(ValueError, match="train_per_class is only supported for pacs, split_tiny_imagenet, not "
+                                         "digits_class"):
+        benchmark_spec("digits_class").stream(StreamRequest(SIZE, train_per_class=1, **NORM))
     benchmark = benchmark_spec("split_tiny_imagenet").stream(
         StreamRequest(TINY_SIZE, data=tiny_imagenet, train_per_class=1, **NORM))
     assert len(benchmark.train_stream) == 10 and len(benchmark.train_stream[0].dataset) == 10

@@ -52,6 +52,31 @@ def test_runner_writes_every_result_and_log(tiny_backbone, tmp_path):
     assert any((logs / "tensorboard").glob("events.out.tfevents.*"))
 
 
+def test_a_timm_weights_file_runs_at_the_input_size_asked_and_the_results_name_it(tmp_path):
+    import hashlib
+
+    import timm
+    import torch
+    from safetensors.torch import save_file
+
+    torch.manual_seed(0)
+    vit = timm.create_model("test_vit", pretrained=False, num_classes=0)  # 160 px, bicubic, as timm registers it
+    path = tmp_path / "weights.safetensors"
+    save_file({key: value.contiguous() for key, value in vit.state_dict().items()}, path)
+    result = run_comparison(tiny_config(str(path), tmp_path / "out", architecture="test_vit", image_size=16,
+                                        methods=("NCM",)), progress=False)
+    source = json.loads((tmp_path / "out" / "results.json").read_text())["backbone_source"]
+    assert source == result["backbone_source"]
+    assert source["spec"] == "weights.safetensors" and source["architecture"] == "test_vit"  # no folder shown
+    assert source["input_size"] == [3, 16, 16] and source["interpolation"] == "bicubic"
+    assert source["file_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    with pytest.raises(RunConfigError, match=r"image_size must be a positive multiple of the patch size 16 of "
+                                             r"backbone .*weights.safetensors', got 24"):
+        run_comparison(tiny_config(str(path), tmp_path / "bad", architecture="test_vit", image_size=24),
+                       progress=False)
+    assert not (tmp_path / "bad").exists()
+
+
 def test_rank_ablation_runs_each_variant_and_scales_lora_parameters(tiny_backbone, tmp_path):
     config = tiny_config(tiny_backbone, tmp_path, methods=("CoLoR",), ranks=(1, 2), loggers=())
     runs = run_comparison(config, progress=False)["runs"]

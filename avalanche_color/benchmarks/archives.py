@@ -103,17 +103,35 @@ class Archive:
         return digest.hexdigest()
 
 
-def decode_images(archive: Archive, names: Iterable[str], size: int) -> Tensor:
-    """The images as one (N, 3, size, size) uint8 tensor, RGB, resized where needed."""
+RESAMPLING = {"nearest": Image.NEAREST, "bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC, "box": Image.BOX,
+              "hamming": Image.HAMMING, "lanczos": Image.LANCZOS}  # timm's interpolation names
+
+
+def decode_images(archive: Archive, names: Iterable[str], size: int, interpolation: str = "bilinear") -> Tensor:
+    """The images as one (N, 3, S, S) uint8 tensor, RGB, resized where needed with ``interpolation``.
+
+    S is ``size``, or the first image's side where that is smaller: images are never enlarged here
+    (the streams' transforms enlarge them at run time), so a cache for a large input stays small.
+    """
     names = list(names)
+    if interpolation not in RESAMPLING:
+        raise ValueError(f"interpolation must be one of {tuple(RESAMPLING)}, got {interpolation!r}")
+    if names:
+        with Image.open(io.BytesIO(archive.read(names[0]))) as first:
+            size = min(size, max(first.size))
     images = torch.empty(len(names), 3, size, size, dtype=torch.uint8)
     for i, name in enumerate(names):
         with Image.open(io.BytesIO(archive.read(name))) as image:
             image = image.convert("RGB")
             if image.size != (size, size):
-                image = image.resize((size, size), Image.BILINEAR)
+                image = image.resize((size, size), RESAMPLING[interpolation])
             images[i] = torch.frombuffer(bytearray(image.tobytes()), dtype=torch.uint8).view(size, size, 3).permute(2, 0, 1)
     return images
+
+
+def resampled(interpolation: str) -> str:
+    """A cache file name's mark of a resampling other than bilinear (the default, unmarked)."""
+    return "" if interpolation == "bilinear" else f"_{interpolation}"
 
 
 def cached(path: Path, build: Callable[[], dict]) -> dict:

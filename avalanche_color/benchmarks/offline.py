@@ -49,6 +49,7 @@ def split_tiny_imagenet(
     train_per_class: Optional[int] = None,
     task_labels: bool = False,
     cache_dir: Optional[Path] = None,
+    interpolation: str = "bilinear",
 ):
     """The 100 stream classes of Tiny-ImageNet, class-incremental, in ``wnids.txt`` order.
 
@@ -59,13 +60,15 @@ def split_tiny_imagenet(
     Args:
         path: the Tiny-ImageNet zip file or folder (official ``tiny-imagenet-200/`` layout).
         experiences: how many experiences; must divide 100.
-        image_size: the side the images are decoded (and cached) at, the backbone's input size.
+        image_size: the backbone's input side; the images are cached at it or, where they are stored
+            smaller, at their own size, and resized to it by the transforms.
         mean, std: the backbone's normalisation.
         seed: which training images ``train_per_class`` keeps (the class order is fixed).
         train_per_class: keep at most this many training images per class (a seeded random
             subset, to make CPU runs cheaper); None keeps all 500.
         task_labels: experience i carries task label i (else 0 throughout).
         cache_dir: where the decoded images are cached (None: ``avalanche_color.benchmarks.archives.CACHE_DIR``).
+        interpolation: how images are resized, the backbone's (timm's name: bilinear, bicubic, ...).
 
     Returns:
         An Avalanche ``NCScenario`` with ``train_stream`` and ``test_stream``.
@@ -79,9 +82,10 @@ def split_tiny_imagenet(
     if train_per_class is not None and (isinstance(train_per_class, bool) or not isinstance(train_per_class, int)
                                         or train_per_class < 1):
         raise ValueError(f"train_per_class must be a positive int or None, got {train_per_class!r}")
-    train_transform, eval_transform = vit_transforms(image_size, mean, std)
+    train_transform, eval_transform = vit_transforms(image_size, mean, std, interpolation)
     path = data_path(path, TINY_IMAGENET_FILE, "Tiny-ImageNet", TINY_IMAGENET_SOURCE, TINY_IMAGENET_URL)
-    data = load_tiny_imagenet(path, image_size=image_size, cache_dir=_cache_dir(cache_dir))
+    data = load_tiny_imagenet(path, image_size=image_size, cache_dir=_cache_dir(cache_dir),
+                              interpolation=interpolation)
     stop = PRETRAIN_CLASSES + TINY_IMAGENET_STREAM_CLASSES
     if len(data.wnids) != stop:
         raise ValueError(f"{str(path)!r} lists {len(data.wnids)} classes in wnids.txt, expected {stop}")

@@ -15,10 +15,10 @@ import torch
 from avalanche.benchmarks import tensors_benchmark
 from torch import Tensor
 
-from avalanche_color.benchmarks.archives import Archive, cached, data_path, decode_images
+from avalanche_color.benchmarks.archives import Archive, cached, data_path, decode_images, resampled
 from avalanche_color.benchmarks.stream_building import (DEFAULT_MEAN, DEFAULT_STD, _cache_dir, check_domains,
                                                         check_seed, generic_benchmark, stratified_split,
-                                                        task_labels_of)
+                                                        subsample_per_class, task_labels_of)
 from avalanche_color.benchmarks.transforms import vit_transforms
 
 PACS_FILE = "pacs-64px.zip"
@@ -40,18 +40,25 @@ def pacs(
     domains: Sequence[str] = PACS_DOMAINS,
     task_labels: bool = False,
     cache_dir: Optional[Path] = None,
+    interpolation: str = "bilinear",
+    train_per_class: Optional[int] = None,
 ):
     """PACS as a domain-incremental stream: experience i is ``domains[i]`` with all 7 classes.
 
     Args:
         path: a zip file or folder holding ``PACS/<domain>/<class>/<name>.jpg``.
-        image_size: the side the images are decoded (and cached) at, the backbone's input size.
+        image_size: the backbone's input side; the images are cached at it or, where they are stored
+            smaller, at their own size, and resized to it by the transforms.
         mean, std: the backbone's normalisation.
         seed: the train/test split; a domain's split depends only on the seed, not on ``domains``.
         test_fraction: the share of each class in each domain held out for testing.
         domains: the experiences' domains, in order.
         task_labels: experience i carries task label i (else 0 throughout).
         cache_dir: where the decoded images are cached (None: ``avalanche_color.benchmarks.archives.CACHE_DIR``).
+        interpolation: how images are resized, the backbone's (timm's name: bilinear, bicubic, ...).
+        train_per_class: keep at most this many training images of each class in each domain (a random
+            subset drawn with the split's seed, for cheaper CPU runs); None keeps all. The test split is
+            the same either way.
 
     Returns:
         An Avalanche benchmark with ``train_stream`` and ``test_stream``, one experience per domain.
@@ -60,9 +67,12 @@ def pacs(
     domains = check_domains(domains, PACS_DOMAINS)
     if not isinstance(test_fraction, (int, float)) or not 0 < test_fraction < 1:
         raise ValueError(f"test_fraction must be a number strictly between 0 and 1, got {test_fraction!r}")
-    train_transform, eval_transform = vit_transforms(image_size, mean, std)
+    if train_per_class is not None and (isinstance(train_per_class, bool) or not isinstance(train_per_class, int)
+                                        or train_per_class < 1):
+        raise ValueError(f"train_per_class must be a positive int or None, got {train_per_class!r}")
+    train_transform, eval_transform = vit_transforms(image_size, mean, std, interpolation)
     path = data_path(path, PACS_FILE, "PACS", PACS_SOURCE)
-    data = load_pacs(path, image_size=image_size, cache_dir=cache_dir)
+    data = load_pacs(path, image_size=image_size, cache_dir=cache_dir, interpolation=interpolation)
     train, test = [], []
     for domain in domains:
         index = PACS_DOMAINS.index(domain)
@@ -71,22 +81,25 @@ def pacs(
             raise FileNotFoundError(f"no {domain!r} images in {str(path)!r}: expected the layout {PACS_LAYOUT}")
         rng = np.random.default_rng([seed, index])
         train_part, test_part = stratified_split(data["labels"][in_domain], test_fraction, rng)
+        if train_per_class is not None:  # drawn after the split, so the test images stay the same
+            train_part = train_part[subsample_per_class(data["labels"][in_domain][train_part], train_per_class, rng)]
         for part, store in ((in_domain[train_part], train), (in_domain[test_part], test)):
             store.append((data["images"][part], data["labels"][part]))
     return generic_benchmark(tensors_benchmark, train, test, task_labels=task_labels_of(len(domains), task_labels),
                              train_transform=train_transform, eval_transform=eval_transform)
 
 
-def load_pacs(path: Optional[str | Path] = None, *, image_size: int = 32,
-              cache_dir: Optional[Path] = None) -> dict[str, Tensor]:
-    """All PACS images, decoded once and cached: ``images`` (N, 3, S, S) uint8, ``labels`` (index
-    into :data:`PACS_CLASSES`) and ``domain_ids`` (index into :data:`PACS_DOMAINS`), in file-name order."""
+def load_pacs(path: Optional[str | Path] = None, *, image_size: int = 32, cache_dir: Optional[Path] = None,
+              interpolation: str = "bilinear") -> dict[str, Tensor]:
+    """All PACS images, decoded once and cached: ``images`` (N, 3, S, S) uint8 (S: ``image_size``, or the
+    stored side where smaller), ``labels`` (index into :data:`PACS_CLASSES`) and ``domain_ids`` (index into
+    :data:`PACS_DOMAINS`), in file-name order."""
     archive = Archive(data_path(path, PACS_FILE, "PACS", PACS_SOURCE))
-    cache = _cache_dir(cache_dir) / f"pacs_{archive.fingerprint()}_{image_size}px.pt"
-    return cached(cache, lambda: _decode_pacs(archive, image_size))
+    cache = _cache_dir(cache_dir) / f"pacs_{archive.fingerprint()}_{image_size}px{resampled(interpolation)}.pt"
+    return cached(cache, lambda: _decode_pacs(archive, image_size, interpolation))
 
 
-def _decode_pacs(archive: Archive, image_size: int) -> dict[str, Tensor]:
+def _decode_pacs(archive: Archive, image_size: int, interpolation: str) -> dict[str, Tensor]:
     found: dict[str, list[tuple[str, int, int]]] = {}  # top folder -> (name, label, domain)
     for name in sorted(archive.names()):
         parts = name.split("/")
@@ -104,5 +117,5 @@ def _decode_pacs(archive: Archive, image_size: int) -> dict[str, Tensor]:
                          "give one copy of the data set")
     (entries,) = found.values()
     names, labels, domain_ids = zip(*entries)
-    return {"images": decode_images(archive, names, image_size), "labels": torch.tensor(labels),
+    return {"images": decode_images(archive, names, image_size, interpolation), "labels": torch.tensor(labels),
             "domain_ids": torch.tensor(domain_ids)}

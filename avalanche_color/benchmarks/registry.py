@@ -25,6 +25,8 @@ class StreamRequest:
 
     Attributes:
         image_size, mean, std: the backbone's input size and normalisation.
+        interpolation: the backbone's resampling (timm's name), for the offline streams, whose
+            images are resized to its input size; the paper's streams keep S-Prompts' bilinear.
         data: the data set's zip file or folder; None: the benchmark's default place.
         seed: the seed of the benchmark's random split or class order, where it has one.
         task_labels: experience i gets task label i (for oracle routing).
@@ -39,6 +41,7 @@ class StreamRequest:
     seed: int = 0
     task_labels: bool = False
     train_per_class: Optional[int] = None
+    interpolation: str = "bilinear"
 
     @property
     def images(self) -> dict[str, Any]:
@@ -80,13 +83,15 @@ class BenchmarkSpec:
 
 def _pacs(request: StreamRequest):
     from avalanche_color.benchmarks.pacs import pacs
-    return pacs(*request.paths, seed=request.seed, task_labels=request.task_labels, **request.images)
+    return pacs(*request.paths, seed=request.seed, task_labels=request.task_labels,
+                interpolation=request.interpolation, train_per_class=request.train_per_class, **request.images)
 
 
 def _split_tiny_imagenet(request: StreamRequest):
     from avalanche_color.benchmarks.offline import split_tiny_imagenet
     return split_tiny_imagenet(*request.paths, seed=request.seed, task_labels=request.task_labels,
-                               train_per_class=request.train_per_class, **request.images)
+                               train_per_class=request.train_per_class, interpolation=request.interpolation,
+                               **request.images)
 
 
 def _split_cifar100(request: StreamRequest):
@@ -113,7 +118,7 @@ def _digits(kind: Scenario):
 
 
 BENCHMARKS: dict[str, BenchmarkSpec] = {spec.name: spec for spec in (
-    BenchmarkSpec("pacs", "domain-incremental", 7, 5, "offline", _pacs, True),
+    BenchmarkSpec("pacs", "domain-incremental", 7, 5, "offline", _pacs, True, subsample=True),
     BenchmarkSpec("split_tiny_imagenet", "class-incremental", 100, 20, "offline", _split_tiny_imagenet, True,
                   subsample=True),
     BenchmarkSpec("split_cifar100", "class-incremental", 100, 20, "vit_base_patch16_224.augreg_in21k",

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from avalanche_color.benchmarks import archives
-from avalanche_color.benchmarks.archives import Archive, cached, data_path, decode_images
+from avalanche_color.benchmarks.archives import Archive, cached, data_path, decode_images, resampled
 
 FILE_NAME = "tiny-imagenet-200-32px.zip"
 URL = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"  # the official release, 64 px
@@ -39,15 +39,17 @@ class TinyImageNet:
                             self.val_images[keep_val], self.val_labels[keep_val])
 
 
-def load_tiny_imagenet(path: Optional[str | Path] = None, *, image_size: int = 32,
-                       cache_dir: Optional[Path] = None) -> TinyImageNet:
-    """All 200 classes, train and val, decoded once and cached as tensors."""
+def load_tiny_imagenet(path: Optional[str | Path] = None, *, image_size: int = 32, cache_dir: Optional[Path] = None,
+                       interpolation: str = "bilinear") -> TinyImageNet:
+    """All 200 classes, train and val, decoded once and cached as tensors (at ``image_size``, or the stored
+    side where smaller)."""
     archive = Archive(data_path(path, FILE_NAME, "Tiny-ImageNet", SOURCE, URL))
-    cache = (archives.CACHE_DIR if cache_dir is None else Path(cache_dir)) / f"tiny_imagenet_{archive.fingerprint()}_{image_size}px.pt"
-    return TinyImageNet(**cached(cache, lambda: _decode(archive, image_size)))
+    name = f"tiny_imagenet_{archive.fingerprint()}_{image_size}px{resampled(interpolation)}.pt"
+    cache = (archives.CACHE_DIR if cache_dir is None else Path(cache_dir)) / name
+    return TinyImageNet(**cached(cache, lambda: _decode(archive, image_size, interpolation)))
 
 
-def _decode(archive: Archive, image_size: int) -> dict:
+def _decode(archive: Archive, image_size: int, interpolation: str) -> dict:
     wnids = archive.read(archive.find("wnids.txt")).decode().split()
     index = {wnid: i for i, wnid in enumerate(wnids)}
     names = archive.names()
@@ -64,8 +66,8 @@ def _decode(archive: Archive, image_size: int) -> dict:
             val_labels.append(index[wnid])
     return {
         "wnids": wnids,
-        "train_images": decode_images(archive, train, image_size),
+        "train_images": decode_images(archive, train, image_size, interpolation),
         "train_labels": torch.tensor(train_labels),
-        "val_images": decode_images(archive, val, image_size),
+        "val_images": decode_images(archive, val, image_size, interpolation),
         "val_labels": torch.tensor(val_labels),
     }

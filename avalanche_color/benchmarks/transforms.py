@@ -6,7 +6,8 @@ RandomResizedCrop and a horizontal flip for training; Resize to 256/224 of the i
 offline images (32 px and less, where a random resized crop would leave little): the image is
 resized to the backbone's ``image_size`` (its shorter side), padded by an eighth of that and
 randomly cropped back, and flipped; evaluation resizes and centre-crops. Evaluation is
-deterministic in both. Both end with ``mean`` and ``std``. Inputs may be uint8 (3, H, W)
+deterministic in both. Every resize uses ``interpolation``, the backbone's (timm's name: bilinear,
+bicubic, ...). Both end with ``mean`` and ``std``. Inputs may be uint8 (3, H, W)
 tensors (the offline streams keep their images decoded like that) or PIL images
 (torchvision's data sets).
 """
@@ -19,22 +20,24 @@ import torch
 from torchvision.transforms import v2
 
 
-def vit_transforms(image_size: int, mean: Sequence[float], std: Sequence[float]) -> tuple[v2.Compose, v2.Compose]:
+def vit_transforms(image_size: int, mean: Sequence[float], std: Sequence[float],
+                   interpolation: str = "bilinear") -> tuple[v2.Compose, v2.Compose]:
     """The (train, eval) transforms for a ViT taking ``image_size`` px inputs normalised by ``mean``, ``std``.
 
     Both return plain float32 (3, image_size, image_size) tensors.
     """
     normalise = _normalise(image_size, mean, std)
-    # Resize is a no-op for images already at image_size (the cached offline streams).
-    resize = [v2.ToImage(), v2.Resize(image_size, antialias=True)]
+    # Resize is a no-op for images already at image_size (the cached offline streams); it enlarges
+    # images cached at their stored size for a backbone that takes larger inputs.
+    resize = [v2.ToImage(), v2.Resize(image_size, interpolation=_mode(interpolation), antialias=True)]
     train = v2.Compose([*resize, v2.RandomCrop(image_size, padding=image_size // 8),
                         v2.RandomHorizontalFlip(), *normalise])
     evaluate = v2.Compose([*resize, v2.CenterCrop(image_size), *normalise])
     return train, evaluate
 
 
-def paper_transforms(image_size: int, mean: Sequence[float],
-                     std: Sequence[float]) -> tuple[v2.Compose, v2.Compose]:
+def paper_transforms(image_size: int, mean: Sequence[float], std: Sequence[float],
+                     interpolation: str = "bilinear") -> tuple[v2.Compose, v2.Compose]:
     """S-Prompts' (train, eval) transforms, which the paper adopts, for ``image_size`` px inputs.
 
     Training: RandomResizedCrop(image_size) (torchvision's scale 0.08-1 and ratio 3/4-4/3) and
@@ -43,9 +46,10 @@ def paper_transforms(image_size: int, mean: Sequence[float],
     Both return plain float32 (3, image_size, image_size) tensors normalised by ``mean``, ``std``.
     """
     normalise = _normalise(image_size, mean, std)
-    train = v2.Compose([v2.ToImage(), v2.RandomResizedCrop(image_size, antialias=True), v2.RandomHorizontalFlip(),
-                        *normalise])
-    evaluate = v2.Compose([v2.ToImage(), v2.Resize(round(image_size * 256 / 224), antialias=True),
+    mode = _mode(interpolation)
+    train = v2.Compose([v2.ToImage(), v2.RandomResizedCrop(image_size, interpolation=mode, antialias=True),
+                        v2.RandomHorizontalFlip(), *normalise])
+    evaluate = v2.Compose([v2.ToImage(), v2.Resize(round(image_size * 256 / 224), interpolation=mode, antialias=True),
                            v2.CenterCrop(image_size), *normalise])
     return train, evaluate
 
@@ -58,6 +62,16 @@ def _normalise(image_size: int, mean: Sequence[float], std: Sequence[float]) -> 
     if min(std) <= 0:
         raise ValueError(f"std must be positive for every channel, got {std}")
     return [v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std), v2.ToPureTensor()]
+
+
+def _mode(interpolation: str) -> v2.InterpolationMode:
+    """torchvision's mode for one of timm's interpolation names (as a ``pretrained_cfg`` gives it)."""
+    modes = {"nearest": v2.InterpolationMode.NEAREST, "bilinear": v2.InterpolationMode.BILINEAR,
+             "bicubic": v2.InterpolationMode.BICUBIC, "box": v2.InterpolationMode.BOX,
+             "hamming": v2.InterpolationMode.HAMMING, "lanczos": v2.InterpolationMode.LANCZOS}
+    if interpolation not in modes:
+        raise ValueError(f"interpolation must be one of {tuple(modes)}, got {interpolation!r}")
+    return modes[interpolation]
 
 
 def _channel_values(name: str, values: Sequence[float]) -> list[float]:

@@ -6,6 +6,11 @@
     load_backbone("random:vit_base_patch16_224")             # the architecture with random weights
     load_backbone("offline")                                 # the package's Tiny-ImageNet-100 ViT
     load_backbone("digits")                                  # the package's digits ViT (the main job's)
+    load_backbone("vit_tiny_patch16_224", image_size=112)   # any of these at another input size
+
+``image_size`` builds the ViT for square inputs of that side: its position embedding is
+resampled from the pretrained grid (timm's ``set_input_size``, bicubic), and
+:func:`~avalanche_color.backbone_data_config` then gives that input size, so the streams are made at it.
 
 A plain state dict is a timm ViT's (as timm's own files on the Hugging Face hub hold it,
 ``model.safetensors`` or ``pytorch_model.bin``, or as ``torch.save(model.state_dict())`` writes
@@ -53,9 +58,35 @@ class BackboneUnavailable(ValueError):
     """Pretrained weights that can be neither found in the Hugging Face cache nor downloaded."""
 
 
-def load_backbone(spec: str | Path, *, architecture: str | None = None) -> VisionTransformer:
+def load_backbone(spec: str | Path, *, architecture: str | None = None,
+                  image_size: int | None = None) -> VisionTransformer:
     """A headless timm ViT from a timm name, a weights file, ``random:<timm name>`` or an offline name
-    (see the module doc); ``architecture`` (a timm name) builds a plain state dict file."""
+    (see the module doc); ``architecture`` (a timm name) builds a plain state dict file; ``image_size``
+    (None: the backbone's own) the input side it is resized to."""
+    backbone = _load(spec, architecture)
+    if image_size is not None:
+        resize_input(backbone, image_size, str(spec))
+    return backbone
+
+
+def resize_input(backbone: VisionTransformer, image_size: int, origin: str) -> None:
+    """Builds ``backbone`` for square ``image_size`` inputs (a multiple of its patch size)."""
+    problem = input_size_problem(backbone, image_size, origin)
+    if problem:
+        raise ValueError(f"image_size {problem}, got {image_size!r}")
+    if tuple(backbone.patch_embed.img_size) != (image_size, image_size):
+        backbone.set_input_size(img_size=(image_size, image_size))
+
+
+def input_size_problem(backbone: VisionTransformer, image_size: object, origin: str) -> str | None:
+    """What is wrong with ``image_size`` as ``backbone``'s input side (None: nothing)."""
+    patch = backbone.patch_embed.patch_size[0]
+    if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < patch or image_size % patch:
+        return f"must be a positive multiple of the patch size {patch} of backbone {origin!r}"
+    return None
+
+
+def _load(spec: str | Path, architecture: str | None) -> VisionTransformer:
     shipped = SHIPPED.get(str(spec))
     path = shipped or Path(spec)
     if shipped is not None and not path.is_file():

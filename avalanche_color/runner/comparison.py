@@ -4,7 +4,9 @@ every planned run in an attempt folder, and the results written when all have fi
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -13,7 +15,8 @@ from tqdm import tqdm
 
 from avalanche_color.benchmarks.registry import BenchmarkSpec, benchmark_spec, check_data
 from avalanche_color.runner.attempt import check_folder, complete_attempt, start_attempt
-from avalanche_color.runner.backbone_loading import load_backbone
+from avalanche_color.backbones.preprocessing import backbone_data_config
+from avalanche_color.runner.backbone_loading import SHIPPED, input_size_problem, load_backbone, resize_input
 from avalanche_color.runner.config import RunConfig, RunConfigError
 from avalanche_color.runner.machine import describe_machine
 from avalanche_color.runner.methods import method
@@ -35,6 +38,7 @@ class Prepared:
     plan: list[PlannedRun]
     streams: dict[tuple[int, bool], Any]
     record: dict[str, Any]
+    backbone_source: dict[str, Any]
 
 
 def prepare(config: RunConfig) -> Prepared:
@@ -55,6 +59,11 @@ def prepare(config: RunConfig) -> Prepared:
         backbone = load_backbone(backbone_name, architecture=config.architecture)
     except (ValueError, TypeError, FileNotFoundError) as error:
         raise RunConfigError("backbone", backbone_name, str(error)) from error
+    if config.image_size is not None:
+        problem = input_size_problem(backbone, config.image_size, backbone_name)
+        if problem:
+            raise RunConfigError("image_size", config.image_size, problem)
+        resize_input(backbone, config.image_size, backbone_name)
     plan = plan_runs(config, spec)
     streams: dict[tuple[int, bool], Any] = {}
     for planned in plan:
@@ -68,7 +77,29 @@ def prepare(config: RunConfig) -> Prepared:
     record = provenance(config, backbone, device)
     if DistributedHelper.is_main_process:
         check_folder(config.output_folder, record, config.resume)
-    return Prepared(spec, device, backbone, plan, streams, record)
+    return Prepared(spec, device, backbone, plan, streams, record, backbone_source(backbone_name, config, backbone))
+
+
+def backbone_source(name: str, config: RunConfig, backbone: Any) -> dict[str, Any]:
+    """What the results say of the backbone: the spec it was loaded from (a file's name and SHA-256, not its
+    folder), its timm architecture and the preprocessing its streams were made with."""
+    data = backbone_data_config(backbone)
+    source: dict[str, Any] = {"spec": name, "architecture": config.architecture,
+                              "input_size": list(data["input_size"]), "interpolation": data["interpolation"],
+                              "mean": list(data["mean"]), "std": list(data["std"])}
+    path = Path(name)
+    if path.is_file() and name not in SHIPPED:
+        source["spec"] = path.name
+        source["file_sha256"] = file_sha256(path)
+    return source
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def check_prototypes(config: RunConfig, planned: PlannedRun, stream: Any) -> None:
@@ -109,7 +140,8 @@ def run_comparison(config: RunConfig, progress: bool = True) -> dict[str, Any]:
     # The workers used (--workers' default depends on the device), so a results file says what ran.
     used = dataclasses.replace(config, workers=config.loader_workers(ready.device))
     result = {"config": config_record(used), "device": describe_machine(ready.device),
-              "backbone": ready.record["backbone"], "code": ready.record["code"], "runs": runs}
+              "backbone": ready.record["backbone"], "backbone_source": ready.backbone_source,
+              "code": ready.record["code"], "runs": runs}
     if config.tune is not None:
         result["tuning"] = tuning_record(config, choices)
     if DistributedHelper.is_distributed:

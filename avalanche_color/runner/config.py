@@ -106,6 +106,10 @@ class RunConfig:
     architecture: Optional[str] = setting(
         None, "the timm model name that builds a state dict given as --backbone FILE, e.g. "
               "vit_base_patch16_224.augreg_in21k", optional(text))
+    image_size: Optional[int] = setting(
+        None, "the backbone's input side in px: a timm ViT's position embedding is resampled to it and the images "
+              "resized to it with the backbone's interpolation (default: the backbone's own input size)",
+        optional(positive_int))
     data: Optional[Path] = setting(None, "the data set's zip file or folder (default: the benchmark's; the digits "
                                          "take none)", optional(path))
     ranks: tuple[int, ...] = setting((8,), "LoRA rank of the methods with LoRA experts; several: an ablation",
@@ -127,7 +131,8 @@ class RunConfig:
     weight_decay: Optional[float] = setting(
         None, "weight decay of every method's SGD (default: each method's own: CoLoR 2e-4, fine-tuning 0)",
         optional(non_negative))
-    train_per_class: Optional[int] = setting(None, "subsample the training data (split_tiny_imagenet)",
+    train_per_class: Optional[int] = setting(None, "keep at most this many training images of each class (pacs: in each domain) "
+                                                   "(pacs, split_tiny_imagenet)",
                                              optional(positive_int))
     device: str = setting("auto", "cpu, cuda, cuda:N or auto (cuda where there is one)", text)
     precision: str = setting(
