@@ -70,6 +70,17 @@ def test_a_timm_weights_file_runs_at_the_input_size_asked_and_the_results_name_i
     assert source["spec"] == "weights.safetensors" and source["architecture"] == "test_vit"  # no folder shown
     assert source["input_size"] == [3, 16, 16] and source["interpolation"] == "bicubic"
     assert source["file_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    # Named without its folder, the file is found in AVALANCHE_COLOR_MODELS.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AVALANCHE_COLOR_MODELS", str(tmp_path))
+        named = run_comparison(tiny_config("weights.safetensors", tmp_path / "named", architecture="test_vit",
+                                           image_size=16, methods=("NCM",)), progress=False)
+        assert named["backbone_source"] == source and named["runs"][0]["average_accuracy"] == pytest.approx(
+            result["runs"][0]["average_accuracy"])
+        with pytest.raises(RunConfigError, match=r"backbone weights file 'other.safetensors' does not exist \(nor in "
+                                                 r"AVALANCHE_COLOR_MODELS="):
+            run_comparison(tiny_config("other.safetensors", tmp_path / "other", architecture="test_vit"),
+                           progress=False)
     with pytest.raises(RunConfigError, match=r"image_size must be a positive multiple of the patch size 16 of "
                                              r"backbone .*weights.safetensors', got 24"):
         run_comparison(tiny_config(str(path), tmp_path / "bad", architecture="test_vit", image_size=24),

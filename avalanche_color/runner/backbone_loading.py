@@ -12,6 +12,13 @@
 resampled from the pretrained grid (timm's ``set_input_size``, bicubic), and
 :func:`~avalanche_color.backbone_data_config` then gives that input size, so the streams are made at it.
 
+A weights file named without a folder that is not in the current folder is looked for in the
+folder the ``AVALANCHE_COLOR_MODELS`` environment variable names (as ``AVALANCHE_COLOR_DATA`` holds
+the data sets), so a command can name the file alone::
+
+    AVALANCHE_COLOR_MODELS=~/weights avalanche-color compare --backbone vit_tiny_patch16_224.safetensors \
+        --architecture vit_tiny_patch16_224 ...
+
 A plain state dict is a timm ViT's (as timm's own files on the Hugging Face hub hold it,
 ``model.safetensors`` or ``pytorch_model.bin``, or as ``torch.save(model.state_dict())`` writes
 it: .pth/.pt/.bin/.safetensors; nested under ``"state_dict"`` or ``"model"`` too). Where the
@@ -50,6 +57,7 @@ __all__ = ["DIGITS_BACKBONE", "OFFLINE_BACKBONE", "SHIPPED", "BackboneUnavailabl
 
 
 RANDOM = "random:"  # the prefix of a timm name for random weights
+MODELS_ENV = "AVALANCHE_COLOR_MODELS"  # a folder of weights files named by --backbone without a folder
 WEIGHTS_SUFFIXES = (".pth", ".pt", ".bin", ".safetensors")
 PROBE_SECONDS = 3.0  # how long to wait for the Hugging Face hub before going by its cache alone
 
@@ -88,13 +96,14 @@ def input_size_problem(backbone: VisionTransformer, image_size: object, origin: 
 
 def _load(spec: str | Path, architecture: str | None) -> VisionTransformer:
     shipped = SHIPPED.get(str(spec))
-    path = shipped or Path(spec)
+    path = shipped or weights_file(spec) or Path(spec)
     if shipped is not None and not path.is_file():
         raise FileNotFoundError(f"the {spec} backbone {str(path)!r} is missing: reinstall avalanche-color")
     if path.is_file():
         return _from_file(path, architecture)
     if architecture is not None or path.suffix in WEIGHTS_SUFFIXES:
-        raise FileNotFoundError(f"backbone weights file {str(spec)!r} does not exist")
+        where = f" (nor in {MODELS_ENV}={os.environ[MODELS_ENV]!r})" if os.environ.get(MODELS_ENV) else ""
+        raise FileNotFoundError(f"backbone weights file {str(spec)!r} does not exist{where}")
     name = str(spec)
     if name.startswith(RANDOM):
         return _vit(_create(name[len(RANDOM):], pretrained=False), name)
@@ -102,6 +111,20 @@ def _load(spec: str | Path, architecture: str | None) -> VisionTransformer:
         raise ValueError(f"backbone must be a weights file, 'offline', 'digits', a pretrained timm model name or "
                          f"'{RANDOM}<timm name>' for random weights; got {name!r}")
     return _vit(_pretrained(name), name)
+
+
+def weights_file(spec: str | Path) -> Path | None:
+    """The weights file ``spec`` names: a file path, or a bare file name in the ``AVALANCHE_COLOR_MODELS``
+    folder; None where it names no file (a timm name, an offline name, a missing file)."""
+    path = Path(spec)
+    if str(spec) in SHIPPED:
+        return None
+    if path.is_file():
+        return path
+    folder = os.environ.get(MODELS_ENV)
+    if folder and path.name == str(spec) and (Path(folder).expanduser() / path).is_file():
+        return Path(folder).expanduser() / path
+    return None
 
 
 def _create(architecture: str, *, pretrained: bool) -> nn.Module:

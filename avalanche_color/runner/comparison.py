@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -16,7 +15,7 @@ from tqdm import tqdm
 from avalanche_color.benchmarks.registry import BenchmarkSpec, benchmark_spec, check_data
 from avalanche_color.runner.attempt import check_folder, complete_attempt, start_attempt
 from avalanche_color.backbones.preprocessing import backbone_data_config
-from avalanche_color.runner.backbone_loading import SHIPPED, input_size_problem, load_backbone, resize_input
+from avalanche_color.runner.backbone_loading import input_size_problem, load_backbone, resize_input, weights_file
 from avalanche_color.runner.config import RunConfig, RunConfigError
 from avalanche_color.runner.machine import describe_machine
 from avalanche_color.runner.methods import method
@@ -87,8 +86,8 @@ def backbone_source(name: str, config: RunConfig, backbone: Any) -> dict[str, An
     source: dict[str, Any] = {"spec": name, "architecture": config.architecture,
                               "input_size": list(data["input_size"]), "interpolation": data["interpolation"],
                               "mean": list(data["mean"]), "std": list(data["std"])}
-    path = Path(name)
-    if path.is_file() and name not in SHIPPED:
+    path = weights_file(name)
+    if path is not None:
         source["spec"] = path.name
         source["file_sha256"] = file_sha256(path)
     return source
