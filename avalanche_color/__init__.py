@@ -96,6 +96,7 @@ if TYPE_CHECKING:  # the public names (see _public_names), imported eagerly for 
     from avalanche_color.evaluation.wandb_logger import WandBLogger as WandBLogger
     from avalanche_color.experts.heads import ExpertHead as ExpertHead
     from avalanche_color.experts.integrity import SavedModelError as SavedModelError
+    from avalanche_color.experts.integrity import load_pretrained as load_pretrained
     from avalanche_color.experts.routed_vit import RoutedExpertViT as RoutedExpertViT
     from avalanche_color.lora.qv_experts import QKVExperts as QKVExperts
     from avalanche_color.lora.qv_experts import QVLoRA as QVLoRA

@@ -62,7 +62,7 @@ def test_a_setting_that_keeps_the_experts_meaning_may_change(trained):
 
 def test_another_model_class_is_refused(trained):
     _, folder, _ = trained
-    with pytest.raises(ValueError, match="model: saved ExpertViT, loading as PromptExpertViT"):
+    with pytest.raises(ValueError, match="holds a saved ExpertViT .*, not a PromptExpertViT"):
         PromptExpertViT.from_pretrained(folder, tiny_vit())
 
 

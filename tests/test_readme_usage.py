@@ -11,7 +11,8 @@ PAGE = REPOSITORY / "docs" / "guide" / "trained-model.md"
 
 def usage_code() -> str:
     code = [block.code for block in runnable(PAGE)]
-    assert len(code) == 5  # train, predict, save and load as a folder, a damaged save refused, the state dict
+    # train, predict, save and load as a folder, load any class's folder, a damaged save refused, the state dict
+    assert len(code) == 6
     return "\n".join(code)
 
 

@@ -21,6 +21,7 @@ from avalanche_color.training.data_scan import check_training_experience
 from avalanche_color.training.loaders import loader_options
 from avalanche_color.training.strategy_base import StrategyBase
 from avalanche_color.utils.checks import non_negative, positive, positive_int, require
+from avalanche_color.utils.experiences import experience_classes
 
 
 class SingleLoRAExpert(nn.Module):
@@ -111,6 +112,7 @@ class JointLoRA(PerExperienceCosine, StrategyBase, JointTraining):
         optimizer = torch.optim.SGD([p for p in expert.parameters() if p.requires_grad], lr=lr, momentum=momentum,
                                     weight_decay=weight_decay)
         self.check_data = options.check_data
+        self.num_classes = num_classes
         # The data scan is done here, over every experience (the plugin would see the first alone).
         super().__init__(model=expert, optimizer=optimizer, criterion=nn.CrossEntropyLoss(),
                          train_mb_size=options.train_mb_size, train_epochs=train_epochs,
@@ -118,6 +120,12 @@ class JointLoRA(PerExperienceCosine, StrategyBase, JointTraining):
                          scan_experiences=False, evaluator=evaluator, **kwargs)
 
     def train_dataset_adaptation(self, **kwargs: Any) -> None:
+        for experience in self._experiences:  # the head is fixed: labels it cannot hold fail mid-training
+            largest = max(experience_classes(experience), default=-1)
+            if largest >= self.num_classes:
+                raise ValueError(f"num_classes={self.num_classes} cannot hold the labels of experience "
+                                 f"{experience.current_experience}: its class ids go up to {largest}, so num_classes "
+                                 f"must be at least {largest + 1}")
         if self.check_data:
             for experience in self._experiences:
                 check_training_experience(experience, self.model.backbone, self.eval_mb_size or self.train_mb_size,

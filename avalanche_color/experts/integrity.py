@@ -57,10 +57,17 @@ def write_saved_folder(folder: PathLike, tensors: Mapping[str, Tensor], config: 
 
 
 def read_saved_folder(folder: Path, *, tensors_file: str, form: str, what: str, keys: Collection[str],
-                      config_file: str = "config.json") -> dict[str, Any]:
-    """The config of a folder :func:`write_saved_folder` wrote: a ``FileNotFoundError`` if a file is
-    missing, a ``SavedModelError`` if the config is not JSON, names another ``form`` (it is not
-    ``what``, e.g. "a saved SD-LoRA model") or lacks one of ``keys``."""
+                      model_class: str, config_file: str = "config.json") -> dict[str, Any]:
+    """The config of a folder :func:`write_saved_folder` wrote for a ``model_class``: a ``FileNotFoundError``
+    if a file is missing, a ``SavedModelError`` if the config is not JSON, names another model class (both
+    named, and the call that loads it), another ``form`` (it is not ``what``, e.g. "a saved SD-LoRA model")
+    or lacks one of ``keys``."""
+    if (folder / config_file).is_file():
+        other = read_saved_config(folder, config_file).get("model")
+        if isinstance(other, str) and other != model_class:
+            raise SavedModelError(f"{folder} holds a saved {other} (its {config_file} says so), not a {model_class}: "
+                                  f"load it with {other}.from_pretrained(folder, backbone), or with "
+                                  f"avalanche_color.load_pretrained(folder, backbone), which reads the class")
     if not (folder / config_file).is_file() or not (folder / tensors_file).is_file():
         raise FileNotFoundError(f"{folder} is not a saved model: it needs {config_file} and {tensors_file} "
                                 f"(written by save_pretrained)")
@@ -69,6 +76,32 @@ def read_saved_folder(folder: Path, *, tensors_file: str, form: str, what: str, 
         raise SavedModelError(f"{folder / config_file} is not {what} (format {form!r})")
     require_keys(folder, config_file, saved, keys)
     return saved
+
+
+def load_pretrained(folder: PathLike, backbone: Any, **options: Any) -> Any:
+    """Any model of this package saved with ``save_pretrained``, as the class that saved it, on a copy of
+    ``backbone`` (the ViT it was trained on), in eval mode.
+
+    The folder's ``config.json`` names the class (CoLoR's :class:`~avalanche_color.ExpertViT`, S-Prompts'
+    :class:`~avalanche_color.PromptExpertViT`, :class:`~avalanche_color.SDLoRAViT`, ...); that class's
+    ``from_pretrained`` then checks and loads it, with ``options`` where the class takes them (e.g.
+    ``cache_evaluation=True`` for the routed models): ``load_pretrained("my_experts", vit)``.
+    """
+    import avalanche_color
+
+    folder = Path(folder)
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(f"{folder} is not a saved model: it has no config.json (written by save_pretrained)")
+    saved = read_saved_config(folder, "config.json")
+    name = saved.get("model")
+    model_class = getattr(avalanche_color, name, None) if isinstance(name, str) and name in avalanche_color.__all__ \
+        else None
+    if model_class is None or not hasattr(model_class, "from_pretrained"):
+        savable = sorted(n for n in avalanche_color.__all__
+                         if n.endswith("ViT") and hasattr(getattr(avalanche_color, n), "from_pretrained"))
+        raise SavedModelError(f"{folder / 'config.json'} names model {name!r}, not one this package saves "
+                              f"(one of {savable})")
+    return model_class.from_pretrained(folder, backbone, **options)
 
 
 def read_saved_config(folder: Path, name: str) -> dict[str, Any]:

@@ -73,14 +73,13 @@ def from_pretrained(model_class: type[Model], folder: PathLike, backbone: nn.Mod
     folder = Path(folder)
     saved = read_saved_folder(folder, tensors_file=WEIGHTS_FILE, config_file=CONFIG_FILE, form=FORMAT,
                               what="an avalanche_color saved model",
-                              keys=("model", "options", "backbone", "model_extras"))
+                              keys=("model", "options", "backbone", "model_extras"),
+                              model_class=model_class.__name__)
     weights = read_verified(folder, WEIGHTS_FILE, saved.get("files"))
     check_config_unchanged(folder, CONFIG_FILE, saved, WEIGHTS_FILE, weights)
     # Folders written before routing_features and router replaced the option routing.
     saved["options"] = RoutingOptions.without_routing(saved["options"], warn=False)
     options = RoutingOptions.without_routing(options)
-    if saved["model"] != model_class.__name__:  # its options would not even fit model_class
-        raise ValueError(f"{folder} does not fit: model: saved {saved['model']}, loading as {model_class.__name__}")
     model = model_class(copy.deepcopy(backbone), **{**saved["options"], **options})
     problems = []
     expert_settings = model.config.expert_settings()

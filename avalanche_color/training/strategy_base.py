@@ -20,6 +20,7 @@ from avalanche_color.config import LoaderOptions
 from avalanche_color.training.data_checks import DataChecksPlugin
 from avalanche_color.training.plugin_compatibility import refuse_incompatible_plugins
 from avalanche_color.training.strategy_parts import LoaderDefaults, ModelFirst, ShardedEvaluation
+from avalanche_color.utils.checks import require, usable_device
 
 
 class StrategyBase(ModelFirst, ShardedEvaluation, LoaderDefaults, SupervisedTemplate):
@@ -46,6 +47,8 @@ class StrategyBase(ModelFirst, ShardedEvaluation, LoaderDefaults, SupervisedTemp
     def __init__(self, *, plugins: Optional[Sequence[BasePlugin]], scan_experiences: bool,
                  own_plugins: Sequence[BasePlugin] = (), plugins_checked: bool = False,
                  **template_options: Any) -> None:
+        if "device" in template_options:  # torch's own message would name neither the option nor the value
+            require("device", template_options["device"], usable_device)
         if not plugins_checked:
             self.refuse_incompatible_plugins(plugins)
         # Bad data is refused first, before any other plugin or the model adaptation acts on it.

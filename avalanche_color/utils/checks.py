@@ -124,3 +124,28 @@ def subset_of(allowed: Collection[str], *, allow_empty: bool = False) -> Check:
         return f"must be among {choices} (not {', '.join(map(repr, unknown))})" if unknown else None
 
     return check_subset
+
+
+def usable_device(value: object) -> Optional[str]:
+    """A device this machine has: ``cpu``, ``cuda`` or ``cuda:N`` where CUDA has device N (a string or a
+    ``torch.device``); ``mps`` where torch finds it."""
+    import torch  # here, so that the runner's settings import no torch
+
+    allowed = "must be cpu, cuda or cuda:N (a str or torch.device)"
+    try:
+        device = torch.device(value)  # type: ignore[arg-type]  # any value: torch says what it cannot parse
+    except (RuntimeError, ValueError, TypeError):
+        return allowed
+    if device.type == "cpu":
+        return None
+    if device.type == "mps":
+        return None if torch.backends.mps.is_available() else "is not usable: torch finds no MPS device here"
+    if device.type != "cuda":
+        return allowed
+    if not torch.cuda.is_available():
+        return (f"is not usable: this machine has no CUDA device (torch.cuda.is_available() is False, torch "
+                f"{torch.__version__}); use cpu")
+    count = torch.cuda.device_count()
+    if device.index is not None and device.index >= count:
+        return f"is not usable: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}"
+    return None

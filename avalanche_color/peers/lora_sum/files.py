@@ -45,11 +45,10 @@ def load_folder(model_class: type[Model], folder: PathLike, backbone: nn.Module)
     folder = Path(folder)
     saved = read_saved_folder(folder, tensors_file=WEIGHTS_FILE, config_file=CONFIG_FILE, form=FORMAT,
                               what="a saved SD-LoRA, InfLoRA, LoRA subtraction or CL-LoRA model",
-                              keys=("model", "options", "backbone", "max_class_label", "files"))
+                              keys=("model", "options", "backbone", "max_class_label", "files"),
+                              model_class=model_class.__name__)
     data = read_verified(folder, WEIGHTS_FILE, saved["files"])
     check_config_unchanged(folder, CONFIG_FILE, saved, WEIGHTS_FILE, data)  # before any option is used
-    if saved["model"] != model_class.__name__:
-        raise ValueError(f"{folder} holds a {saved['model']}, not a {model_class.__name__}")
     options = {k: tuple(v) if isinstance(v, list) else v for k, v in saved["options"].items()}
     model = model_class(backbone, model_class.config_class.from_saved(options))
     digest = backbone_fingerprint(model)

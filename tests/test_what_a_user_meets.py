@@ -1,0 +1,117 @@
+"""What a user meets (issue 52): one loader for every saved model, and the same refusals in every strategy.
+
+* ``avalanche_color.load_pretrained(folder, backbone)`` gives back the class that saved the folder, predicting
+  exactly as the saved model; each class's ``from_pretrained`` given another class's folder names both classes.
+* Every strategy and baseline refuses a device this machine does not have at construction, naming ``device``
+  and the value; labels beyond a fixed head (Joint-LoRA's ``num_classes``) are refused before training, naming
+  the option, the experience and the labels; the strategies whose heads grow learn every label they are given.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from avalanche_color import (L2P, NCM, CLLoRA, CLLoRAViT, CoLoR, ExpertViT, InfLoRA, InfLoRAViT, JointLoRA,
+                             LoRASubtraction, LoRASubtractionViT, PromptExpertViT, RanPAC, SavedModelError, SDLoRA,
+                             SDLoRAViT, SPrompts, load_pretrained)
+from helpers import quiet_evaluator
+from streams import class_stream, tiny_vit
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+TINY = dict(train_epochs=1, train_mb_size=8, eval_mb_size=32)
+# Every strategy and baseline of the package, built small: name -> (build(vit, **options), the model class it saves).
+STRATEGIES = {
+    "CoLoR": (lambda vit, **o: CoLoR(vit, rank=2, k=2, lr=0.05, **o), ExpertViT),
+    "S-Prompts": (lambda vit, **o: SPrompts(vit, prompt_length=2, k=2, **o), PromptExpertViT),
+    "L2P": (lambda vit, **o: L2P(vit, pool_size=4, prompt_length=2, top_n=2, **o), None),
+    "SD-LoRA": (lambda vit, **o: SDLoRA(vit, rank=2, lr=0.05, **o), SDLoRAViT),
+    "InfLoRA": (lambda vit, **o: InfLoRA(vit, rank=2, lr=0.05, **o), InfLoRAViT),
+    "LoRA-Sub": (lambda vit, **o: LoRASubtraction(vit, **o), LoRASubtractionViT),
+    "CL-LoRA": (lambda vit, **o: CLLoRA(vit, **o), CLLoRAViT),
+    "RanPAC": (lambda vit, **o: RanPAC(vit, **o), None),
+    "NCM": (lambda vit, **o: NCM(vit, **o), None),
+    "Joint-LoRA": (lambda vit, **o: JointLoRA(vit, num_classes=4, rank=2, lr=0.05, **o), None),
+}
+SAVING = [name for name, (_, model_class) in STRATEGIES.items() if model_class is not None]
+
+
+def build(name: str, **options):
+    return STRATEGIES[name][0](tiny_vit(0), evaluator=quiet_evaluator(), **TINY, **options)
+
+
+@pytest.fixture(scope="module")
+def saved_folders(tmp_path_factory):
+    """Each saving strategy trained on two experiences, its model and its saved folder."""
+    stream = class_stream(num_experiences=2, per_class=6)
+    saved = {}
+    for name in SAVING:
+        strategy = build(name)
+        for experience in stream.train_stream:
+            strategy.train(experience)
+        model = strategy.model.eval()
+        saved[name] = (model, model.save_pretrained(tmp_path_factory.mktemp(name) / "saved"))
+    return saved
+
+
+@pytest.mark.parametrize("name", SAVING)
+def test_load_pretrained_gives_back_the_class_that_saved_the_folder_predicting_alike(name, saved_folders):
+    model, folder = saved_folders[name]
+    loaded = load_pretrained(folder, tiny_vit(0))
+    assert type(loaded) is STRATEGIES[name][1] and not loaded.training
+    images = torch.randn(5, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert torch.equal(loaded(images), model(images))
+
+
+@pytest.mark.parametrize("name", SAVING)
+def test_another_class_s_from_pretrained_names_both_classes(name, saved_folders):
+    _, folder = saved_folders[name]
+    saved_class = STRATEGIES[name][1].__name__
+    for other in {model_class for _, model_class in STRATEGIES.values() if model_class is not None}:
+        if other.__name__ == saved_class:
+            continue
+        with pytest.raises(SavedModelError, match=rf"holds a saved {saved_class} \(its config.json says so\), not a "
+                                                  rf"{other.__name__}: load it with {saved_class}.from_pretrained"):
+            other.from_pretrained(folder, tiny_vit(0))
+
+
+def test_load_pretrained_refuses_a_folder_without_a_saved_model_naming_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match=rf"{tmp_path} is not a saved model: it has no config.json"):
+        load_pretrained(tmp_path, tiny_vit(0))
+    (tmp_path / "config.json").write_text('{"model": "ResNet"}')
+    with pytest.raises(SavedModelError, match=r"names model 'ResNet', not one this package saves \(one of \[.*"
+                                              r"'ExpertViT'.*'SDLoRAViT'"):
+        load_pretrained(tmp_path, tiny_vit(0))
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:7", "tpu", 3.5])
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_every_strategy_refuses_an_unusable_device_naming_it(name, device):
+    if isinstance(device, str) and device.startswith("cuda") and torch.cuda.device_count() > 7:
+        pytest.skip("this machine has that CUDA device")
+    with pytest.raises(ValueError, match=rf"^device (must be|is not usable).*, got {device!r}$"):
+        build(name, device=device)
+
+
+def test_joint_lora_refuses_labels_its_head_cannot_hold_before_training():
+    strategy = build("Joint-LoRA")
+    before = {k: v.clone() for k, v in strategy.model.state_dict().items()}
+    with pytest.raises(ValueError, match=r"num_classes=4 cannot hold the labels of experience 2: its class ids go up "
+                                         r"to 5, so num_classes must be at least 6"):
+        strategy.train(class_stream(num_experiences=3, per_class=4).train_stream)
+    assert all(torch.equal(v, before[k]) for k, v in strategy.model.state_dict().items())
+
+
+@pytest.mark.parametrize("name", [name for name in STRATEGIES if name != "Joint-LoRA"])
+def test_the_strategies_whose_heads_grow_predict_every_label_they_were_given(name):
+    strategy = build(name)
+    stream = class_stream(num_experiences=3, per_class=4)
+    for experience in stream.train_stream:
+        strategy.train(experience)
+    images = torch.cat([experience.dataset[i][0].unsqueeze(0) for experience in stream.test_stream
+                        for i in range(2)])
+    with torch.no_grad():
+        logits = strategy.model.eval()(images)
+    assert logits.shape[1] >= 6  # a column for each of the classes 0..5
