@@ -1,3 +1,4 @@
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -6,6 +7,9 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+# torch.use_deterministic_algorithms(True) makes cuBLAS raise on the first GEMM unless this is set before it
+# (CUDA's reproducibility notes); set before any test touches CUDA. No effect on a CPU.
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 warnings.filterwarnings("ignore", message="no QP solver found")
 
 def pytest_collection_modifyitems(config, items):

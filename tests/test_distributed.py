@@ -150,9 +150,8 @@ def test_comparison_runner_refuses_methods_without_distributed_support(tmp_path)
 
 
 @pytest.mark.cuda
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")  # before two_ranks starts its gloo run
 def test_two_gpus_under_nccl_match_the_gloo_run(tmp_path, two_ranks):
-    if torch.cuda.device_count() < 2:
-        pytest.skip("needs 2 GPUs")
     first, second = launch_two_ranks(tmp_path, backend="nccl")
     assert [first["device"], second["device"]] == ["cuda:0", "cuda:1"]
     assert torch.equal(first["prototypes"], second["prototypes"]) and torch.equal(first["owners"], second["owners"])

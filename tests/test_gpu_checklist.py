@@ -30,3 +30,31 @@ def test_the_checklist_refuses_unknown_options(capsys):
     with pytest.raises(SystemExit):
         gpu_checklist.main(["--device", "cpu", "--strategies", "Naive"])
     assert "--strategies must be among" in capsys.readouterr().err
+
+
+TEST_ONLY = ("nbformat", "nbclient", "loralib", "ipykernel", "mkdocs", "peft", "pytest_timeout")
+HIDE_TEST_ONLY = f"""
+import sys, pytest
+class Hide:  # what an environment with the runtime dependencies and pytest alone lacks
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {TEST_ONLY!r}:
+            raise ModuleNotFoundError("hidden: " + name, name=name)
+sys.meta_path.insert(0, Hide())
+sys.exit(pytest.main(sys.argv[1:]))
+"""
+
+
+def test_the_cuda_tests_collect_with_the_runtime_dependencies_and_pytest_alone():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tests = Path(__file__).parent
+    run = subprocess.run([sys.executable, "-c", HIDE_TEST_ONLY, "-m", "cuda", "--collect-only", "-q",
+                          "-p", "no:cacheprovider", str(tests)], cwd=tests.parent, capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    collected = [line for line in run.stdout.splitlines() if "::" in line]
+    assert any("test_two_gpus_under_nccl_match_the_gloo_run" in line for line in collected)
+    assert any("bit_identical_on_cuda_under_deterministic_algorithms" in line for line in collected)
+    assert all("cuda" in line.lower() or "gpu" in line.lower() for line in collected), collected

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import nbformat
-from nbclient import NotebookClient
+import pytest
+
+# Test-only dependencies (extra `test`): without them this module is skipped, so `pytest -m cuda` collects with
+# the package's runtime dependencies alone.
+nbformat = pytest.importorskip("nbformat")
+NotebookClient = pytest.importorskip("nbclient").NotebookClient
 
 NOTEBOOK = Path(__file__).parents[1] / "notebooks" / "compare_methods.ipynb"
 
