@@ -37,10 +37,13 @@ def test_resume_continues_the_same_settings_and_refuses_others_naming_the_settin
     check_folder(tmp_path, record(epochs=2), resume=True)  # the same: continued
     assert start_attempt(tmp_path, record(epochs=2), resume=True) == attempt
     assert (attempt / "runs" / "CoLoR_seed0.json").exists()
-    with pytest.raises(RunConfigError, match="made with a different epochs; run without --resume .* or pass "
-                                             "another --name") as refused:
+    with pytest.raises(RunConfigError, match=r"made with other settings: epochs 2 \(now 3\); run without --resume .* "
+                                             "or pass another --name") as refused:
         check_folder(tmp_path, record(epochs=3), resume=True)
     assert refused.value.field == "resume"
+    with pytest.raises(RunConfigError, match=r"other settings: color_lr 0.05 \(now 0.1\), epochs 2 \(now 3\), "
+                                             r"threads \d+ \(now 99\);"):
+        check_folder(tmp_path, {**record(epochs=3, color_lr=0.1), "threads": 99}, resume=True)
 
 
 def test_resume_refuses_runs_that_do_not_say_what_made_them(tmp_path):

@@ -161,7 +161,7 @@ def test_a_bad_or_failed_rerun_leaves_the_finished_comparison_as_it_was(tiny_bac
     with pytest.raises(SystemExit) as exit_:  # resuming it with other settings: says what to do
         main([*flags, "--epochs", "3", "--resume"])
     assert str(exit_.value).startswith("avalanche-color compare: error: --resume: cannot continue the runs in ")
-    assert "different epochs; run without --resume" in str(exit_.value) and "another --name" in str(exit_.value)
+    assert "other settings: epochs 2 (now 3); run without --resume" in str(exit_.value) and "another --name" in str(exit_.value)
 
 
 # ---------------------------------------------------------------------- the registry of methods

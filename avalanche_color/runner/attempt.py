@@ -42,8 +42,8 @@ def check_folder(out: Path, record: dict[str, Any], resume: bool) -> None:
         raise RunConfigError("resume", True, f"cannot continue the runs in {str(runs)!r}: they do not say what "
                                              f"produced them; {fix}")
     if earlier is not None and earlier != record:
-        raise RunConfigError("resume", True, f"cannot continue the runs in {str(runs)!r}: they were made with a "
-                                             f"different {', '.join(differences(earlier, record))}; {fix}")
+        raise RunConfigError("resume", True, f"cannot continue the runs in {str(runs)!r}: they were made with "
+                                             f"other settings: {', '.join(differences(earlier, record))}; {fix}")
 
 
 def start_attempt(out: Path, record: dict[str, Any], resume: bool) -> Path:

@@ -74,7 +74,9 @@ def read_provenance(runs: Path) -> Any:
 
 
 def differences(earlier: dict[str, Any], record: dict[str, Any]) -> list[str]:
-    """What differs between two records: a setting's name, or backbone, code, torch, threads, device."""
-    changed = [key for key in sorted({*earlier, *record}) if key != "settings" and earlier.get(key) != record.get(key)]
+    """What differs between two records, with the earlier and the new value: ``"epochs 2 (now 3)"`` for a
+    setting, or for backbone, code, torch, threads, device."""
     old, new = earlier.get("settings", {}), record.get("settings", {})
-    return sorted(changed + [name for name in {*old, *new} if old.get(name) != new.get(name)])
+    pairs = {key: (earlier.get(key), record.get(key)) for key in {*earlier, *record} if key != "settings"}
+    pairs.update({name: (old.get(name), new.get(name)) for name in {*old, *new}})
+    return [f"{name} {then!r} (now {now!r})" for name, (then, now) in sorted(pairs.items()) if then != now]
