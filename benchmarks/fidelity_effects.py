@@ -73,6 +73,7 @@ VARIANTS: dict[str, tuple[type, dict[str, dict[str, Any]]]] = {
         "no distillation of the shared adapters": dict(kd_weight=0.0),
         "no orthogonality of the block weights": dict(ortho_weight=0.0),
         "no shared adapters (every block per experience)": dict(shared_blocks=0),
+        "step 2's gradient after step 1 (the code's order)": dict(second_step_gradient="after_step_one"),
     }),
 }
 SHARED = {"SD-LoRA": lambda config: {}, "InfLoRA": lambda config: dict(lr=5e-3), "LoRA-Sub": lambda config: {},
@@ -109,6 +110,8 @@ def main() -> None:
     parser.add_argument("--rank", type=int, default=16)
     parser.add_argument("--k", type=int, default=None)
     parser.add_argument("--data", default=None)
+    parser.add_argument("--variants", nargs="+", default=None,
+                        help="run only the variants whose names start with these (default: every variant)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", "No loggers specified")
@@ -118,6 +121,8 @@ def main() -> None:
     print(f"{args.method} on {args.benchmark}, {args.epochs} epochs, batch {args.batch_size}, seeds {args.seeds}\n")
     print("| variant | average accuracy | forgetting |\n|---|---|---|")
     for name, options in variants.items():
+        if args.variants and not any(name.startswith(prefix) for prefix in args.variants):
+            continue
         results = [run_variant(strategy_class, {**SHARED[args.method](config), **options}, config, seed)
                    for seed in args.seeds]
         accuracy = mean_and_spread([a for a, _ in results])

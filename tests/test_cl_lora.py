@@ -269,15 +269,18 @@ class SecondBatch(SupervisedPlugin):
             self.updated = {n: p.detach().clone() for n, p in strategy.model.named_parameters()}
 
 
-@pytest.mark.parametrize("shared_blocks", [None, 3])
-def test_two_sgd_steps_per_batch_by_hand(shared_blocks):
+@pytest.mark.parametrize("shared_blocks, second_step_gradient", [(None, "batch_start"), (3, "batch_start"),
+                                                                  (None, "after_step_one")])
+def test_two_sgd_steps_per_batch_by_hand(shared_blocks, second_step_gradient):
     """Experience 1, its second batch: step 1 = SGD on the distillation gradient (shared U's reassigned), only
     on the parameters it reaches; step 2 = SGD on CE + 1e-4 ortho, its gradient at the parameters before
-    step 1. Momentum 0.9 (its buffer updated by both steps) and weight decay, the first epoch's rate."""
+    step 1 (or, with ``second_step_gradient="after_step_one"``, at those step 1 left). Momentum 0.9 (its
+    buffer updated by both steps) and weight decay, the first epoch's rate."""
     vit, benchmark = vit64(), stream64()
     batch = SecondBatch(1)
     lr, wd = 0.05, 1e-4
-    strategy = strategy64(vit, train_mb_size=8, plugins=[batch], weight_decay=wd, shared_blocks=shared_blocks)
+    strategy = strategy64(vit, train_mb_size=8, plugins=[batch], weight_decay=wd, shared_blocks=shared_blocks,
+                          second_step_gradient=second_step_gradient)
     for experience in benchmark.train_stream:
         strategy.train(experience)
     m0, (x, y) = batch.model, batch.batch
@@ -291,10 +294,16 @@ def test_two_sgd_steps_per_batch_by_hand(shared_blocks):
         return sigma * F.normalize(f, dim=1) @ F.normalize(w, dim=1).T
 
     local = torch.tensor([heads.class_ids(1).index(int(c)) for c in y])
-    ce = F.cross_entropy(proxy(merged_features(vit, m0, x, 1)), local)
     unit = lambda b: b.flatten() / (b.flatten().norm() + 1e-8)  # noqa: E731
-    ortho = (unit(bank.block_weights[0]) * unit(bank.block_weights[1])).sum().abs()
-    second = torch.autograd.grad(ce + 1e-4 * ortho, params)
+
+    def step_two_loss(model):
+        heads, bank = model.experiences, model.adapters
+        w, sigma = heads.proxy_weights[1], heads.proxy_sigmas[1]
+        ce = F.cross_entropy(sigma * F.normalize(merged_features(vit, model, x, 1), dim=1)
+                             @ F.normalize(w, dim=1).T, local)
+        return ce + 1e-4 * (unit(bank.block_weights[0]) * unit(bank.block_weights[1])).sum().abs()
+
+    second = torch.autograd.grad(step_two_loss(m0), params)
     kd = 5 * (-1 / len(x)) * (torch.softmax(proxy(merged_features(vit, m0, x, teacher=True)) / 2, 1) *
                               torch.log_softmax(proxy(merged_features(vit, m0, x)) / 2, 1)).sum()
     first_grads = list(torch.autograd.grad(kd, params, allow_unused=True))
@@ -309,14 +318,27 @@ def test_two_sgd_steps_per_batch_by_hand(shared_blocks):
     assert reached == {f"adapters.shared.{i}.up" for i in range(shared)} | {"experiences.proxy_weights.1",
                                                                            "experiences.proxy_sigmas.1"}
     assert all(g.abs().sum() > 0 for g in first_grads if g is not None)
-    for p, g1, g2 in zip(params, first_grads, second):
+    after_one, buffers = {}, {}
+    for p, g1 in zip(params, first_grads):
         name, p = names[id(p)], p.detach()
-        buffer = batch.buffers[name]
+        buffers[name] = batch.buffers[name]
         if g1 is not None:
-            buffer = 0.9 * buffer + g1 + wd * p
-            p = p - lr * buffer
-        buffer = 0.9 * buffer + g2 + wd * p
-        torch.testing.assert_close(batch.updated[name], p - lr * buffer, rtol=0, atol=1e-13, msg=name)
+            buffers[name] = 0.9 * buffers[name] + g1 + wd * p
+            p = p - lr * buffers[name]
+        after_one[name] = p
+    if second_step_gradient == "after_step_one":  # step 2's gradient again, at the parameters step 1 left
+        m1 = copy.deepcopy(m0)
+        with torch.no_grad():
+            for name, p in m1.named_parameters():
+                if name in after_one:
+                    p.copy_(after_one[name])
+        moved = torch.autograd.grad(step_two_loss(m1), list(m1.trainable_parameters()))
+        assert any(not torch.allclose(a, b) for a, b in zip(moved, second))  # step 1 moved what step 2 sees
+        second = moved
+    for p, g2 in zip(params, second):
+        name = names[id(p)]
+        buffer = 0.9 * buffers[name] + g2 + wd * after_one[name]
+        torch.testing.assert_close(batch.updated[name], after_one[name] - lr * buffer, rtol=0, atol=1e-13, msg=name)
 
 
 # ---------------------------------------------------------------------- prototypes, evaluation, schedule

@@ -10,12 +10,18 @@ the blocks hold the task-shared adapters (``general_pos``), the rest the task-sp
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Literal, Optional
 
 from avalanche_color.config import LoaderOptions, TrainingOptions, option
-from avalanche_color.utils.checks import integer, non_negative, non_negative_int, optional, positive, positive_int
+from avalanche_color.utils.checks import (integer, non_negative, non_negative_int, one_of, optional, positive,
+                                          positive_int)
 
 __all__ = ["CLLoRAConfig"]
+
+# Where step 2's gradient (cross-entropy + orthogonality) is taken: at the batch's parameters, as the code's
+# graph describes (ours), or again after step 1 has moved them (the code's order read literally).
+SecondStepGradient = Literal["batch_start", "after_step_one"]
+SECOND_STEP_GRADIENTS = ("batch_start", "after_step_one")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,6 +38,7 @@ class CLLoRAConfig(LoaderOptions, TrainingOptions):
     kd_weight: float = option(5.0, non_negative)
     kd_temperature: float = option(2.0, positive)
     ortho_weight: float = option(1e-4, non_negative)
+    second_step_gradient: SecondStepGradient = option("batch_start", one_of(SECOND_STEP_GRADIENTS))
     init_seed: int = option(0, integer)
 
     def _check_together(self) -> None:

@@ -1,5 +1,5 @@
-"""CL-LoRA's update of one batch and its learning-rate schedule (``_init_train`` and ``get_scheduler`` of
-``models/cllora.py``).
+"""CL-LoRA's update of one batch (``_init_train`` of ``models/cllora.py``; its schedule, ``CosineAnnealingLR``
+stepped per epoch, is the strategies' ``restart_cosine_per_epoch``).
 
 From the second experience on, the code takes two SGD steps per batch on one optimiser: step 1 on
 the distillation loss alone, its gradient of each shared U reassigned row by row; step 2 on the
@@ -12,13 +12,11 @@ the block weights) is left out of step 1, as SGD skips a ``None`` gradient: no d
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Optional
 
 import torch
 from torch import Tensor, nn
-from torch.optim.lr_scheduler import LambdaLR
 
 from avalanche_color.peers.cl_lora.losses import reassignment_weights
 
@@ -42,14 +40,3 @@ def two_step_gradients(parameters: Sequence[nn.Parameter], loss: Tensor, kd_loss
 def set_gradients(parameters: Sequence[nn.Parameter], gradients: Gradients) -> None:
     for parameter, gradient in zip(parameters, gradients):
         parameter.grad = gradient
-
-
-def annealing_per_epoch(optimizer: torch.optim.Optimizer, epochs: int, steps_per_epoch: int) -> LambdaLR:
-    """``CosineAnnealingLR(T_max=epochs, eta_min=0)`` stepped once per epoch, as a per-step schedule: epoch
-    e runs at ``lr (1 + cos(π e / epochs)) / 2``. Stepped once per batch (after the batch's last step)."""
-
-    def factor(step: int) -> float:
-        epoch = min(step // max(steps_per_epoch, 1), epochs - 1)
-        return (1 + math.cos(math.pi * epoch / epochs)) / 2
-
-    return LambdaLR(optimizer, factor)

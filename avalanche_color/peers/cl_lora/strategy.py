@@ -24,11 +24,11 @@ from avalanche.training.plugins.evaluation import default_evaluator
 from torch import Tensor, nn
 
 from avalanche_color.config import Precision
-from avalanche_color.peers.cl_lora.config import CLLoRAConfig
+from avalanche_color.peers.cl_lora.config import CLLoRAConfig, SecondStepGradient
 from avalanche_color.peers.cl_lora.losses import distillation_loss, orthogonality_loss
 from avalanche_color.peers.cl_lora.model import CLLoRAViT
 from avalanche_color.peers.cl_lora.prototypes import collate_options, experience_prototypes
-from avalanche_color.peers.cl_lora.steps import annealing_per_epoch, set_gradients, two_step_gradients
+from avalanche_color.peers.cl_lora.steps import set_gradients, two_step_gradients
 from avalanche_color.training.configured_strategy import ConfiguredStrategy
 from avalanche_color.training.step_collectives import average_gradients
 from avalanche_color.training.loaders import data_loader, loader_options
@@ -68,6 +68,10 @@ class CLLoRA(ConfiguredStrategy):
         kd_weight: weight of the distillation of the shared blocks (code: 5).
         kd_temperature: its temperature (code: 2).
         ortho_weight: weight of the block weights' orthogonality term (code: 1e-4).
+        second_step_gradient: where step 2's gradient (cross-entropy and orthogonality) is taken:
+            ``"batch_start"``, at the batch's parameters, as the code's graph, built before step 1,
+            describes; ``"after_step_one"``, from a new forward at the parameters step 1 left, the code's
+            order read literally (its own sequence, which current torch refuses, mixes the two).
         eval_mb_size: evaluation mini-batch size, also of the prototype pass.
         eval_every: Avalanche's periodic evaluation (-1: none).
         precision: ``"32-true"`` (float32) or ``"bf16-mixed"`` (each forward and its losses under bfloat16
@@ -118,6 +122,7 @@ class CLLoRA(ConfiguredStrategy):
         kd_weight: float = 5.0,
         kd_temperature: float = 2.0,
         ortho_weight: float = 1e-4,
+        second_step_gradient: SecondStepGradient = "batch_start",
         eval_mb_size: int = 128,
         eval_every: int = -1,
         precision: Precision = "32-true",
@@ -150,8 +155,7 @@ class CLLoRA(ConfiguredStrategy):
         config = self.config
         self.optimizer = torch.optim.SGD(list(self.model.trainable_parameters()), lr=config.lr,
                                          momentum=config.momentum, weight_decay=config.weight_decay)
-        steps = self._experience_steps() // max(self.train_epochs, 1)
-        self.lr_scheduler = annealing_per_epoch(self.optimizer, config.train_epochs, steps)
+        self.restart_cosine_per_epoch()  # the code's CosineAnnealingLR(T_max=epochs), stepped per epoch
 
     # ------------------------------------------------------------------ one batch
 
@@ -182,6 +186,15 @@ class CLLoRA(ConfiguredStrategy):
         ortho = orthogonality_loss(list(model.adapters.block_weights[:e]), model.adapters.block_weights[e])
         return loss + self.config.ortho_weight * ortho
 
+    def _step_two_loss(self) -> Tensor:
+        """Step 2's loss (cross-entropy and orthogonality) from a new forward at the current parameters."""
+        model, e = self.model, self.model.training_experience()
+        assert e is not None
+        with self.autocast():
+            loss = self._criterion(model.training_outputs(self.mb_x).logits, self.mb_y)
+            ortho = orthogonality_loss(list(model.adapters.block_weights[:e]), model.adapters.block_weights[e])
+            return loss + self.config.ortho_weight * ortho
+
     def backward(self) -> None:
         """The batch's gradients, under torchrun averaged over the ranks (one list per step). Each term is a
         mean over this rank's samples (the cross-entropy, the distillation) or the same on every rank (the
@@ -203,6 +216,9 @@ class CLLoRA(ConfiguredStrategy):
         second = [p.grad for p in parameters]
         set_gradients(parameters, self._kd_gradients)
         self.optimizer.step()  # step 1: the reassigned distillation gradient
+        if self.config.second_step_gradient == "after_step_one":
+            second = average_gradients(list(torch.autograd.grad(self._step_two_loss(), parameters,
+                                                                allow_unused=True)))
         set_gradients(parameters, second)
         super().optimizer_step()  # step 2 (and the schedule's step)
         self._kd_gradients = []
