@@ -13,7 +13,8 @@ STAMP := $(VENV)/.installed
 .PHONY: main main-publish test perf benchmarks benchmarks-digits benchmarks-pacs benchmarks-tiny benchmarks-routing \
 	benchmarks-routing-tiny benchmarks-routing-small benchmarks-routing-pacs benchmarks-routing-digits \
 	benchmarks-lora-peers benchmarks-lora-peers-tiny benchmarks-lora-peers-small \
-	benchmarks-tuned benchmarks-tuned-tiny benchmarks-tuned-small setup clean
+	benchmarks-tuned benchmarks-tuned-tiny benchmarks-tuned-small benchmarks-vit-ti \
+	benchmarks-vit-ti-pacs benchmarks-vit-ti-tiny setup clean
 
 MAIN := --methods CoLoR Naive EWC LwF Replay --epochs 5 --batch-size 32 --rank 16 --k 10 --loggers \
 	--seeds 0 1 2 3 4 --baseline-seeds 0 1 2 3 4
@@ -117,6 +118,27 @@ benchmarks-tuned-small: $(STAMP)
 	$(COMPARE) --benchmark digits_class $(DIGITS_BUDGET) $(TUNED_2025) --name digits_class_tuned_2025
 	$(COMPARE) --benchmark digits_domain $(DIGITS_BUDGET) $(TUNED_2025) --name digits_domain_tuned_2025
 	$(COMPARE) $(PACS) $(TUNED_2025) --name pacs_tuned_2025
+
+# Every method on an ImageNet-pretrained ViT-Ti/16 (docs/benchmarks: "On an ImageNet-pretrained ViT-Ti/16"), one
+# lane per benchmark, each on one thread: about 8 CPU hours a lane. The weights file is found in
+# AVALANCHE_COLOR_MODELS, the data in AVALANCHE_COLOR_DATA. SD-LoRA, InfLoRA and L2P run in folders of their own,
+# after their diagnosis on this backbone (benchmarks/starved_methods.py). Interrupted? Run it again.
+VIT_TI := --backbone vit_tiny_patch16_224-imagenet.safetensors --architecture vit_tiny_patch16_224 --image-size 112 \
+	--epochs 2 --batch-size 32 --loggers --tune lr --seeds 0 1 2 --baseline-seeds 0 1 2 --resume
+VIT_TI_METHODS := --methods CoLoR CoLoR++ CoLoR-oracle CoLoR-ridge CoLoR-gaussian CoLoR++-ridge S-Prompts LoRA-Sub \
+	CL-LoRA RanPAC NCM Joint-LoRA FT-masked Naive EWC LwF Replay
+VIT_TI_PEERS := --methods SD-LoRA InfLoRA L2P
+benchmarks-vit-ti: benchmarks-vit-ti-pacs benchmarks-vit-ti-tiny
+
+benchmarks-vit-ti-pacs: $(STAMP)
+	$(COMPARE) --benchmark pacs --train-per-class 100 $(VIT_TI) $(VIT_TI_METHODS) --name pacs_vit_ti
+	$(COMPARE) --benchmark pacs --train-per-class 100 $(VIT_TI) $(VIT_TI_PEERS) --name pacs_vit_ti_peers
+
+benchmarks-vit-ti-tiny: $(STAMP)
+	$(COMPARE) --benchmark split_tiny_imagenet --train-per-class 50 $(VIT_TI) $(VIT_TI_METHODS) \
+		--name split_tiny_imagenet_vit_ti
+	$(COMPARE) --benchmark split_tiny_imagenet --train-per-class 50 $(VIT_TI) $(VIT_TI_PEERS) \
+		--name split_tiny_imagenet_vit_ti_peers
 
 # Speed and memory ratios (benchmarks/results/perf.md); peft only as a point of comparison.
 perf: $(STAMP)
