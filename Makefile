@@ -147,6 +147,24 @@ perf: $(STAMP)
 
 setup: $(STAMP)
 
+# A CPU-only machine (Linux): PyPI's Linux torch is the CUDA build (about 5 GB with its nvidia-* wheels). This takes
+# the CPU build of the same pinned pair from PyTorch's CPU index first; constraints.txt's torch==2.14.1 admits
+# 2.14.1+cpu, so the next step keeps it (docs/installing.md).
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+setup-cpu:
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --index-url $(TORCH_CPU_INDEX) $$(grep -E '^torch(vision)?==' constraints.txt)
+	$(MAKE) --no-print-directory setup
+
+# Offline install (docs/installing.md): `make wheelhouse` (online, with the node's Python version) writes the package
+# and every dependency but torch, torchvision and torch's CUDA wheels to wheelhouse/ (about 200 MB); on the node,
+# `make install-offline PYTHON=<its environment's python>` installs from it alone, keeping that torch.
+wheelhouse:
+	$(PYTHON) -m benchmarks.wheelhouse build --out wheelhouse
+
+install-offline:
+	$(PYTHON) -m benchmarks.wheelhouse install --wheelhouse wheelhouse --python $(PYTHON)
+
 # Reinstalls whenever the dependency pins change.
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
