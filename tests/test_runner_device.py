@@ -94,3 +94,38 @@ def test_progress_inside_a_run_names_experience_epoch_and_iteration_with_an_eta_
     main(flags(tiny_backbone, tmp_path, "--epochs", "2", "--name", "quiet"))
     quiet = capsys.readouterr().err
     assert "experience 1/5" not in quiet and "runs:" not in quiet
+
+
+# ---------------------------------------------------------------------- issue 51: loader workers, TF32
+
+
+@pytest.mark.parametrize("device, cpus, processes, batches, expected", [
+    ("cpu", 16, 1, None, 0),        # the model's threads use every core
+    ("cuda", 16, 1, None, 8),       # the machine: 15 CPUs left, at most 8
+    ("cuda", 16, 1, 10, 3),         # a 10-batch epoch: one worker per 4 batches
+    ("cuda", 16, 1, 1000, 8),
+    ("cuda", 16, 4, 1000, 3),       # four torchrun processes share the node
+    ("cuda", 2, 1, 1000, 1),
+])
+def test_the_default_loader_workers_fit_the_machine_and_the_data(device, cpus, processes, batches, expected):
+    from avalanche_color.runner.config import default_workers
+
+    assert default_workers(device, cpu_count=cpus, processes_per_node=processes, batches=batches) == expected
+
+
+def test_a_comparison_runs_under_its_matmul_precision_records_it_and_restores_the_processs(monkeypatch, tmp_path):
+    from avalanche_color.runner import RunConfig, RunConfigError, comparison
+    from avalanche_color.runner.provenance import config_record
+
+    seen = []
+    monkeypatch.setattr(comparison, "prepare", lambda config: None)
+    monkeypatch.setattr(comparison, "compare",
+                        lambda config, ready, progress: seen.append(torch.get_float32_matmul_precision()) or {})
+    before = torch.get_float32_matmul_precision()
+    config = RunConfig(benchmark="digits_class", methods=("CoLoR",), out=tmp_path, matmul_precision="high")
+    comparison.run_comparison(config, progress=False)
+    assert seen == ["high"] and torch.get_float32_matmul_precision() == before
+    assert config_record(config)["matmul_precision"] == "high"
+    assert config_record(RunConfig(benchmark="digits_class", methods=("CoLoR",)))["matmul_precision"] == "highest"
+    with pytest.raises(RunConfigError, match="matmul_precision must be one of"):
+        RunConfig(benchmark="digits_class", methods=("CoLoR",), matmul_precision="tf32")

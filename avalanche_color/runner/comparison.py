@@ -23,7 +23,7 @@ from avalanche_color.runner.plan import PlannedRun, check_distributed, plan_runs
 from avalanche_color.runner.provenance import config_record, provenance
 from avalanche_color.runner.report import markdown_table, summary_rows
 from avalanche_color.runner.results import write_results
-from avalanche_color.runner.run import build_stream, run_method
+from avalanche_color.runner.run import build_stream, epoch_batches, run_method
 from avalanche_color.runner.tuning import chosen, tune_learning_rates, tuning_record
 
 
@@ -121,6 +121,15 @@ def check_prototypes(config: RunConfig, planned: PlannedRun, stream: Any) -> Non
 def run_comparison(config: RunConfig, progress: bool = True) -> dict[str, Any]:
     """Runs every (method, variant, seed) of ``config``, writes the results, and returns them."""
     ready = prepare(config)
+    matmul = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(config.matmul_precision)  # TF32 or not, for this comparison only
+    try:
+        return compare(config, ready, progress)
+    finally:
+        torch.set_float32_matmul_precision(matmul)
+
+
+def compare(config: RunConfig, ready: Prepared, progress: bool) -> dict[str, Any]:
     main_process = DistributedHelper.is_main_process  # True when not distributed
     out = config.output_folder
     attempt = start_attempt(out, ready.record, config.resume) if main_process else out / "attempt"
@@ -137,7 +146,8 @@ def run_comparison(config: RunConfig, progress: bool = True) -> dict[str, Any]:
             bar.update()
 
     # The workers used (--workers' default depends on the device), so a results file says what ran.
-    used = dataclasses.replace(config, workers=config.loader_workers(ready.device))
+    batches = max(epoch_batches(stream, config.batch_size) for stream in ready.streams.values())
+    used = dataclasses.replace(config, workers=config.loader_workers(ready.device, batches))
     result = {"config": config_record(used), "device": describe_machine(ready.device),
               "backbone": ready.record["backbone"], "backbone_source": ready.backbone_source,
               "code": ready.record["code"], "runs": runs}

@@ -29,16 +29,22 @@ NORMALISATIONS = ("backbone", "imagenet")
 DEFAULT_OUT = Path("runs")  # the output folders' parent, in the folder the command runs from
 TUNABLE = ("lr",)  # what --tune chooses, for every method alike (avalanche_color.runner.tuning)
 MAX_WORKERS = 8  # the most DataLoader workers --workers gives one process by default
+BATCHES_PER_WORKER = 4  # --workers' default starts at most one worker per this many batches of an epoch
+# torch.set_float32_matmul_precision: "highest" float32 matmuls; "high" TF32 on GPUs that have it (Ampere and
+# newer: a 10-bit mantissa in the products, sums in float32); "medium" bfloat16 products.
+MATMUL_PRECISIONS = ("highest", "high", "medium")
 
 
-def default_workers(device: str, cpu_count: Optional[int] = None, processes_per_node: Optional[int] = None) -> int:
-    """``--workers``' default for a run on ``device``.
+def default_workers(device: str, cpu_count: Optional[int] = None, processes_per_node: Optional[int] = None,
+                    batches: Optional[int] = None) -> int:
+    """``--workers``' default for a run on ``device`` whose largest training epoch is ``batches`` batches.
 
     On a GPU: this machine's CPUs (those the process may use) shared by the processes torchrun starts
     on it (``LOCAL_WORLD_SIZE``), less one kept for each process itself, at most :data:`MAX_WORKERS`
     (a 16-CPU node: 8 with one process, 2 each with four): decoding and augmenting JPEGs in the
-    training process would starve the GPU. On the CPU: 0, since the model's own threads already use
-    every core, and worker processes would compete with them.
+    training process would starve the GPU. Every loader starts its workers anew, so a small epoch gets
+    at most one per :data:`BATCHES_PER_WORKER` batches (a 10-batch epoch: 3). On the CPU: 0, since the
+    model's own threads already use every core, and worker processes would compete with them.
     """
     if not device.startswith("cuda"):
         return 0
@@ -46,7 +52,8 @@ def default_workers(device: str, cpu_count: Optional[int] = None, processes_per_
         cpu_count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if processes_per_node is None:
         processes_per_node = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
-    return max(0, min(MAX_WORKERS, cpu_count // max(processes_per_node, 1) - 1))
+    machine = max(0, min(MAX_WORKERS, cpu_count // max(processes_per_node, 1) - 1))
+    return machine if batches is None else min(machine, -(-batches // BATCHES_PER_WORKER))
 
 
 class RunConfigError(ValueError):
@@ -139,10 +146,15 @@ class RunConfig:
         "32-true", "the package's strategies (CoLoR family, S-Prompts, L2P, SD-LoRA, InfLoRA): float32, or each "
                    "forward and loss under bfloat16/float16 autocast with float32 trained weights; Avalanche's "
                    "baselines, Joint-LoRA, NCM and RanPAC run in float32", one_of(PRECISIONS), choices=PRECISIONS)
+    matmul_precision: str = setting(
+        "highest", "torch.set_float32_matmul_precision for the run: highest (float32 matmuls), high (TF32 on "
+                   "Ampere and newer GPUs), medium (bfloat16 products); recorded in the results",
+        one_of(MATMUL_PRECISIONS), choices=MATMUL_PRECISIONS)
     workers: Optional[int] = setting(
         None, f"DataLoader worker processes of every method (0: loading in this process; default: on a GPU this "
-              f"machine's CPUs less one, divided among torchrun's processes on a node, at most {MAX_WORKERS}: "
-              f"{default_workers('cuda')} here; on the CPU 0, as the model's threads use every core)",
+              f"machine's CPUs less one, divided among torchrun's processes on a node, at most {MAX_WORKERS} and "
+              f"one per {BATCHES_PER_WORKER} batches of the largest training epoch: {default_workers('cuda')} here "
+              f"for a large epoch; on the CPU 0, as the model's threads use every core)",
         optional(non_negative_int))
     out: Optional[Path] = setting(None, "the output folder", optional(path), cli=False)
     loggers: tuple[str, ...] = setting(LOGGERS, "Avalanche's loggers of each run, under <output>/logs/",
@@ -204,9 +216,9 @@ class RunConfig:
         if self.preset is not None:
             object.__setattr__(self, "preset_settings", preset_settings(self.preset, self.benchmark))
 
-    def loader_workers(self, device: str) -> int:
-        """``workers``, or its default for ``device`` (:func:`default_workers`)."""
-        return default_workers(device) if self.workers is None else self.workers
+    def loader_workers(self, device: str, batches: Optional[int] = None) -> int:
+        """``workers``, or its default for ``device`` and an epoch of ``batches`` batches (:func:`default_workers`)."""
+        return default_workers(device, batches=batches) if self.workers is None else self.workers
 
     @property
     def output_folder(self) -> Path:

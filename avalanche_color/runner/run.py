@@ -54,6 +54,11 @@ def build_stream(spec: BenchmarkSpec, config: RunConfig, backbone: VisionTransfo
                                      interpolation=data["interpolation"]))
 
 
+def epoch_batches(benchmark: Any, batch_size: int) -> int:
+    """Batches of ``batch_size`` in the largest training experience's epoch (what sizes the loader workers)."""
+    return max((-(-len(experience.dataset) // batch_size) for experience in benchmark.train_stream), default=1)
+
+
 def evaluator(loggers: Sequence[BaseLogger] = ()) -> EvaluationPlugin:
     return EvaluationPlugin(
         accuracy_metrics(experience=True, stream=True),
@@ -127,7 +132,7 @@ def run_method(planned: PlannedRun, benchmark, spec: BenchmarkSpec, backbone: Vi
         # stream not paired with the training stream (CORe50's one test set) is evaluated whole.
         checkpoint = attempt / "checkpoints" / f"{name}.ckpt" if entry.checkpoint and main_process else None
         # Every method, Avalanche's strategies too, loads with --workers worker processes.
-        workers = config.loader_workers(str(device))
+        workers = config.loader_workers(str(device), epoch_batches(benchmark, config.batch_size))
         loaders = dict(num_workers=workers, persistent_workers=workers > 0)
         if entry.joint:
             records = [train_jointly(strategy, benchmark, loaders)]

@@ -36,6 +36,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
+    torch.set_float32_matmul_precision(args.matmul_precision)
     precision = (partial(torch.autocast, device.type, dtype=torch.bfloat16) if args.bf16 else nullcontext)
     memory_counts = [int(n) for n in args.memory_experiences.split(",") if n.strip()]
     if min(memory_counts, default=1) < 1 or (args.only == "memory" and not memory_counts):
@@ -194,7 +195,8 @@ def main() -> None:
     lines = [f"`{command_line(parser, args)}`", "",
              f"{args.model} (random weights), batch {args.batch_size} (R5 rows: batch {m}), rank {args.rank}, "
              f"{experts} experts in the model, k {args.k}; device {device.type} ({machine(device)}); "
-             f"{'bf16 autocast' if args.bf16 else 'float32'}; torch {torch.__version__}", "",
+             f"{'bf16 autocast' if args.bf16 else 'float32'}, float32 matmul precision {args.matmul_precision}; "
+             f"torch {torch.__version__}", "",
              f"Timings interleaved: a warm-up round, then {args.rounds} {plural(args.rounds, 'round')}, each running every timed call once "
              "in an order rotated by one place per round; each ratio is computed within a round from that round's "
              "timings and reported as the median over rounds (min-max).", "",

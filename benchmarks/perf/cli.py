@@ -62,6 +62,8 @@ def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds after one warm-up round")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--bf16", action="store_true", help="run the models under torch.autocast(bfloat16)")
+    parser.add_argument("--matmul-precision", choices=("highest", "high", "medium"), default="highest",
+                        help="torch.set_float32_matmul_precision: highest (float32), high (TF32 on Ampere and newer GPUs)")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     parser.add_argument("--loader-workers", default="0,2",
                         help="comma-separated DataLoader worker counts for the loader rows ('' for none)")
