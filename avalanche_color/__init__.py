@@ -60,7 +60,30 @@ def _public_names() -> dict[str, str]:
 
 
 _EXPORTS: dict[str, str] = _public_names()
-__all__ = sorted(_EXPORTS)
+__all__ = sorted([*_EXPORTS, "load_pretrained"])  # load_pretrained: defined below, over every model class
+
+
+def load_pretrained(folder: str | Path, backbone: Any, **options: Any) -> Any:
+    """Any model of this package saved with ``save_pretrained``, as the class that saved it, on a copy of
+    ``backbone`` (the ViT it was trained on), in eval mode.
+
+    The folder's ``config.json`` names the class (CoLoR's :class:`ExpertViT`, S-Prompts'
+    :class:`PromptExpertViT`, :class:`SDLoRAViT`, ...); that class's ``from_pretrained`` then checks and
+    loads it, with ``options`` where the class takes them (e.g. ``cache_evaluation=True`` for the routed
+    models): ``load_pretrained("my_experts", vit)``.
+    """
+    from avalanche_color.experts.integrity import SavedModelError, read_saved_config
+
+    folder = Path(folder)
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(f"{folder} is not a saved model: it has no config.json (written by save_pretrained)")
+    name = read_saved_config(folder, "config.json").get("model")
+    savable = sorted(export for export in _EXPORTS
+                     if export.endswith("ViT") and hasattr(__getattr__(export), "from_pretrained"))
+    if name not in savable:
+        raise SavedModelError(f"{folder / 'config.json'} names model {name!r}, not one this package saves "
+                              f"(one of {savable})")
+    return __getattr__(name).from_pretrained(folder, backbone, **options)
 
 
 def __getattr__(name: str) -> Any:
@@ -96,7 +119,6 @@ if TYPE_CHECKING:  # the public names (see _public_names), imported eagerly for 
     from avalanche_color.evaluation.wandb_logger import WandBLogger as WandBLogger
     from avalanche_color.experts.heads import ExpertHead as ExpertHead
     from avalanche_color.experts.integrity import SavedModelError as SavedModelError
-    from avalanche_color.experts.integrity import load_pretrained as load_pretrained
     from avalanche_color.experts.routed_vit import RoutedExpertViT as RoutedExpertViT
     from avalanche_color.lora.qv_experts import QKVExperts as QKVExperts
     from avalanche_color.lora.qv_experts import QVLoRA as QVLoRA

@@ -25,18 +25,15 @@ Configs take keywords only (``CoLoRConfig(8)`` is a ``TypeError``).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
 from avalanche_color.utils.checks import (boolean, integer, non_negative, non_negative_int, one_of, optional,
-                                          positive, positive_int, require)
-from avalanche_color.utils.deprecation import warn_deprecated
-from avalanche_color.utils.options import Config, Options, option
+                                          positive, positive_int)
+from avalanche_color.utils.options import Options, option
 
 RoutingFeatures = Literal["backbone", "first_expert"]
 Router = Literal["prototypes", "ridge", "gaussian", "oracle"]
-Routing = Literal["backbone", "first_expert", "oracle"]  # deprecated: routing_features and router say it
 Distance = Literal["euclidean", "l1", "cosine"]
 PrototypeData = Literal["train", "eval"]
 # Lightning's names: float32 throughout; the forward and the loss under bfloat16 or float16 autocast
@@ -44,7 +41,6 @@ PrototypeData = Literal["train", "eval"]
 Precision = Literal["32-true", "bf16-mixed", "16-mixed"]
 
 ROUTING_FEATURES: tuple[str, ...] = RoutingFeatures.__args__  # type: ignore[attr-defined]
-ROUTINGS: tuple[str, ...] = Routing.__args__  # type: ignore[attr-defined]
 ROUTERS: tuple[str, ...] = Router.__args__  # type: ignore[attr-defined]
 DISTANCES: tuple[str, ...] = Distance.__args__  # type: ignore[attr-defined]
 PROTOTYPE_DATA: tuple[str, ...] = PrototypeData.__args__  # type: ignore[attr-defined]
@@ -77,9 +73,6 @@ class RoutingOptions(Options):
         cache_evaluation_bytes: the most host memory that cache takes (half for routing features,
             half for logits; the oldest entries go first). 1 GiB holds the routing features of
             about 170,000 images of a ViT-B/16.
-
-    The option ``routing`` of earlier versions (``"backbone"``, ``"first_expert"``, ``"oracle"``)
-    is still accepted by :meth:`build` with a ``DeprecationWarning`` (see :meth:`without_routing`).
     """
 
     routing_features: RoutingFeatures = option("backbone", one_of(ROUTING_FEATURES), expert_setting=True)
@@ -89,38 +82,6 @@ class RoutingOptions(Options):
     normalize_features: bool = option(True, boolean, expert_setting=True)
     cache_evaluation: bool = option(False, boolean)
     cache_evaluation_bytes: int = option(2**30, positive_int)
-
-    @classmethod
-    def build(cls: type[Config], config: Optional["Options"] = None, /, **options: Any) -> Config:
-        """:meth:`Options.build`, also taking the deprecated ``routing`` keyword (with a warning)."""
-        return super().build(config, **RoutingOptions.without_routing(options))  # type: ignore[misc]
-
-    @staticmethod
-    def without_routing(options: dict[str, Any], *, warn: bool = True) -> dict[str, Any]:
-        """``options`` with the deprecated ``routing`` replaced by the options that say it now.
-
-        ``routing="oracle"`` is ``router="oracle"``; ``routing="first_expert"`` is
-        ``routing_features="first_expert"``; ``routing="backbone"`` is ``routing_features="backbone"``.
-        A ``DeprecationWarning`` names the new option (``warn=False``: for files written before,
-        read silently). A ``routing`` that contradicts ``router``/``routing_features`` given beside
-        it is refused, naming both.
-        """
-        if "routing" not in options:
-            return options
-        options = dict(options)
-        routing = options.pop("routing")
-        require("routing", routing, one_of(ROUTINGS))
-        name, value = ("router", "oracle") if routing == "oracle" else ("routing_features", routing)
-        if warn:
-            warn_deprecated(f"the option routing={routing!r} is deprecated: use {name}={value!r}")
-        if options.get(name, value) not in (value, _DEFAULTS[name]):  # the default: files of before say router='prototypes'
-            raise ValueError(f"routing={routing!r} means {name}={value!r}, but {name}={options[name]!r} was "
-                             f"given too: give only {name} (routing is deprecated)")
-        options[name] = value
-        return options
-
-
-_DEFAULTS = {spec.name: spec.default for spec in dataclasses.fields(RoutingOptions)}
 
 
 @dataclass(frozen=True, kw_only=True)

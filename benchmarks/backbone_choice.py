@@ -84,7 +84,7 @@ def tiny_probe(vit, data: Path, size: int, per_class: int) -> float:
 def speeds(vit, size: int, rounds: int, batch: int = 32) -> dict[str, float]:
     vit.set_input_size(img_size=size)
     model = ExpertViT(vit, rank=8)
-    model.add_expert(list(range(10)), experience=0)
+    model.start_expert(list(range(10)), experience=0)
     model.router.set_prototypes(0, F.normalize(torch.randn(5, model.num_features), dim=-1))
     x, labels = torch.randn(batch, 3, size, size), torch.randint(0, 10, (batch,))
     step, _ = color_training_step(model, x, labels)

@@ -161,7 +161,6 @@ def test_a_periodic_evaluation_inside_an_experience_counts_its_samples_once():
 
 @pytest.mark.parametrize("options, message", [
     (dict(router="knn"), r"router must be one of \('prototypes', 'ridge', 'gaussian', 'oracle'\), got 'knn'"),
-    (dict(router="ridge", routing="oracle"), r"routing='oracle' means router='oracle', but router='ridge' was given too"),
     (dict(router_width=0), r"router_width must be an integer >= 1, got 0"),
 ])
 def test_bad_router_options_are_refused_by_name(options, message):

@@ -46,7 +46,8 @@ def test_refuses_bad_k(k):
         CoLoR(tiny_vit(), k=k)
 
 
-@pytest.mark.parametrize("option, value", [("routing", "nearest"), ("distance", "l2"), ("prototype_data", "test")])
+@pytest.mark.parametrize("option, value", [("routing_features", "nearest"), ("distance", "l2"),
+                                                   ("prototype_data", "test")])
 def test_refuses_unknown_choices(option, value):
     with pytest.raises(ValueError, match=rf"{option} must be one of .*got '{value}'"):
         CoLoR(tiny_vit(), **{option: value})

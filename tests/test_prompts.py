@@ -203,7 +203,7 @@ def test_refuses_bad_prompt_length(prompt_length):
 
 @pytest.mark.parametrize("option, value, message", [
     ("k", 0, "k must be an integer >= 1, got 0"),
-    ("routing", "nearest", "routing must be one of .*got 'nearest'"),
+    ("routing_features", "nearest", "routing_features must be one of .*got 'nearest'"),
     ("distance", "l2", "distance must be one of .*got 'l2'"),
     ("lr", 0, "lr must be a number > 0, got 0"),
 ])

@@ -244,37 +244,11 @@ def test_a_users_subclass_takes_its_model_first_too():
         assert Plain(vit, CoLoRConfig(rank=2), evaluator=quiet_evaluator()).model.rank == 2
 
 
-# ---------------------------------------------------------------------- the old routing option
+# ---------------------------------------------------------------------- routing_features and router
 
 
 @pytest.mark.parametrize("strategy", [CoLoR, SPrompts])
-@pytest.mark.parametrize("routing, replacement", [
-    ("oracle", {"router": "oracle"}), ("first_expert", {"routing_features": "first_expert"}),
-    ("backbone", {"routing_features": "backbone"})])
-def test_the_old_routing_option_still_works_with_a_warning_naming_the_new_one(strategy, routing, replacement):
-    [(name, value)] = replacement.items()
-    with pytest.warns(DeprecationWarning, match=rf"routing={routing!r} is deprecated: use {name}={value!r}") as record:
-        made = strategy(tiny_vit(), routing=routing, evaluator=quiet_evaluator())
-    assert made.config == strategy.config_class(**replacement)
-    # Attributed to the caller's line (Python shows a DeprecationWarning of __main__ by default).
-    assert {Path(w.filename).name for w in record if w.category is DeprecationWarning} == {Path(__file__).name}
-
-
-def test_the_old_routing_option_agrees_or_is_refused_beside_the_new_ones():
-    with pytest.warns(DeprecationWarning):
-        assert CoLoR(tiny_vit(), routing="oracle", router="oracle").config.router == "oracle"
-    with pytest.raises(ValueError, match="routing='oracle' means router='oracle', but router='ridge' was given too"):
-        CoLoR(tiny_vit(), routing="oracle", router="ridge")
-    with pytest.raises(ValueError, match=r"routing must be one of \('backbone', 'first_expert', 'oracle'\), "
-                                         r"got 'nearest'"):
-        CoLoR(tiny_vit(), routing="nearest")
-    with pytest.raises(TypeError, match=r"L2P got unexpected keyword arguments \['routing'\]; its options are"):
-        L2P(tiny_vit(), routing="oracle")
-
-
-def test_the_drop_in_plugin_takes_the_old_routing_option_with_a_warning():
-    with pytest.warns(DeprecationWarning, match="routing='oracle' is deprecated: use router='oracle'") as record:
-        plugin = LoRAExpertsPlugin(rank=4, routing="oracle")
-    assert plugin.config.router == "oracle"
-    # At the caller's line, not the package's (where Python's default filter would hide it).
-    assert {Path(w.filename).name for w in record if w.category is DeprecationWarning} == {Path(__file__).name}
+def test_a_routing_keyword_is_refused_naming_the_options_that_say_it(strategy):
+    with pytest.raises(TypeError, match=rf"{strategy.__name__} got unexpected keyword arguments \['routing'\]; "
+                                        r"its options are .*routing_features, router,"):
+        strategy(tiny_vit(), routing="oracle")

@@ -35,7 +35,7 @@ class SingleLoRAExpert(nn.Module):
     def __init__(self, vit: nn.Module, rank: int, classes: Sequence[int]) -> None:
         super().__init__()
         self.experts = ExpertViT(vit, rank=rank)
-        self.experts.add_expert(list(classes), experience=0)
+        self.experts.start_expert(list(classes), experience=0)
 
     @property
     def backbone(self) -> nn.Module:

@@ -78,32 +78,6 @@ def read_saved_folder(folder: Path, *, tensors_file: str, form: str, what: str, 
     return saved
 
 
-def load_pretrained(folder: PathLike, backbone: Any, **options: Any) -> Any:
-    """Any model of this package saved with ``save_pretrained``, as the class that saved it, on a copy of
-    ``backbone`` (the ViT it was trained on), in eval mode.
-
-    The folder's ``config.json`` names the class (CoLoR's :class:`~avalanche_color.ExpertViT`, S-Prompts'
-    :class:`~avalanche_color.PromptExpertViT`, :class:`~avalanche_color.SDLoRAViT`, ...); that class's
-    ``from_pretrained`` then checks and loads it, with ``options`` where the class takes them (e.g.
-    ``cache_evaluation=True`` for the routed models): ``load_pretrained("my_experts", vit)``.
-    """
-    import avalanche_color
-
-    folder = Path(folder)
-    if not (folder / "config.json").is_file():
-        raise FileNotFoundError(f"{folder} is not a saved model: it has no config.json (written by save_pretrained)")
-    saved = read_saved_config(folder, "config.json")
-    name = saved.get("model")
-    model_class = getattr(avalanche_color, name, None) if isinstance(name, str) and name in avalanche_color.__all__ \
-        else None
-    if model_class is None or not hasattr(model_class, "from_pretrained"):
-        savable = sorted(n for n in avalanche_color.__all__
-                         if n.endswith("ViT") and hasattr(getattr(avalanche_color, n), "from_pretrained"))
-        raise SavedModelError(f"{folder / 'config.json'} names model {name!r}, not one this package saves "
-                              f"(one of {savable})")
-    return model_class.from_pretrained(folder, backbone, **options)
-
-
 def read_saved_config(folder: Path, name: str) -> dict[str, Any]:
     """``folder/name`` as a JSON object; a ``SavedModelError`` naming it otherwise."""
     try:

@@ -18,7 +18,6 @@ from typing import Any, TypeVar
 
 from torch import nn
 
-from avalanche_color.config import RoutingOptions
 from avalanche_color.experts.integrity import (check_config_unchanged, load_tensors, read_saved_folder, read_verified,
                                               write_saved_folder)
 from avalanche_color.experts.model_state import backbone_fingerprint, model_extras, restore_model_extras
@@ -77,9 +76,6 @@ def from_pretrained(model_class: type[Model], folder: PathLike, backbone: nn.Mod
                               model_class=model_class.__name__)
     weights = read_verified(folder, WEIGHTS_FILE, saved.get("files"))
     check_config_unchanged(folder, CONFIG_FILE, saved, WEIGHTS_FILE, weights)
-    # Folders written before routing_features and router replaced the option routing.
-    saved["options"] = RoutingOptions.without_routing(saved["options"], warn=False)
-    options = RoutingOptions.without_routing(options)
     model = model_class(copy.deepcopy(backbone), **{**saved["options"], **options})
     problems = []
     expert_settings = model.config.expert_settings()

@@ -27,7 +27,7 @@ from avalanche_color.experts.expert_routing import ExpertRouting
 from avalanche_color.experts.heads import ExpertHead, check_classes
 from avalanche_color.experts.prediction import MixedKernel, check_experts, predict
 from avalanche_color.experts.pretrained import from_pretrained, save_pretrained
-from avalanche_color.experts.stored_state import check_stored_shapes, renamed_keys, stored_expert_classes
+from avalanche_color.experts.stored_state import check_stored_shapes, stored_expert_classes
 from avalanche_color.lora.dtypes import trained_dtype
 from avalanche_color.lora.segments import ExpertSelection
 from avalanche_color.routing.eval_cache import EvalCache
@@ -130,7 +130,6 @@ class RoutedExpertViT(ExpertRouting, MultiTaskModule):
             self._head_classes = (len(self.bank.heads), max(known[1], max(int(c) for c in classes) + 1))
         return index
 
-    add_expert = start_expert  # its earlier name
 
     def finish_expert(self, expert: int) -> None:
         """End ``expert``'s experience: it is frozen for good, and so is its router state."""
@@ -213,8 +212,7 @@ class RoutedExpertViT(ExpertRouting, MultiTaskModule):
         return from_pretrained(cls, folder, backbone, **options)
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
-        # Earlier names first; then the experts grow to the stored count, and the children load into them.
-        renamed_keys(state_dict, prefix, tuple(self.router.state_dict()))
+        # The experts grow to the stored count, and the children load into them.
         options = ", ".join(f"{name}={getattr(self.config, name)!r}" for name in self.expert_shape_options)
         check_stored_shapes(self, self.bank.slots, self.new_expert_modules(), state_dict, prefix, options)
         for classes in stored_expert_classes(state_dict, prefix)[self.num_experts:]:

@@ -14,7 +14,7 @@ from tqdm import tqdm
 
 from avalanche_color.benchmarks.registry import BenchmarkSpec, benchmark_spec, check_data
 from avalanche_color.runner.attempt import check_folder, complete_attempt, start_attempt
-from avalanche_color.backbones.preprocessing import backbone_data_config
+from avalanche_color.backbones import backbone_data_config
 from avalanche_color.runner.backbone_loading import input_size_problem, load_backbone, resize_input, weights_file
 from avalanche_color.runner.config import RunConfig, RunConfigError
 from avalanche_color.runner.machine import describe_machine

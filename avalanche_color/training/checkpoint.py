@@ -42,7 +42,6 @@ from typing import Any, Optional
 import torch
 from torch import Tensor, nn
 
-from avalanche_color.config import RoutingOptions
 from avalanche_color.experts.model_state import backbone_fingerprint, model_settings
 from avalanche_color.utils.files import PathLike, write_atomically
 
@@ -151,8 +150,7 @@ def check_fits(checkpoint: Checkpoint, model: nn.Module, path: PathLike,
     """
     problems = []
     current = model_settings(model)
-    # Checkpoints written before routing_features and router replaced the option routing.
-    saved = RoutingOptions.without_routing(checkpoint.settings, warn=False)
+    saved = checkpoint.settings
     for name in sorted(set(current) | set(saved)):
         if saved.get(name) != current.get(name):
             problems.append(f"{name}: checkpoint {saved.get(name)!r}, model {current.get(name)!r}")

@@ -39,7 +39,7 @@ from avalanche_color.training.cosine_schedule import PerExperienceCosine
 from avalanche_color.training.distributed import wrap_current_expert
 from avalanche_color.training.precision import MixedPrecision
 from avalanche_color.training.strategy_construction import (given_options, ready_model_options, refuse_optimizer,
-                                                            refuse_unknown_keywords, replace_routing)
+                                                            refuse_unknown_keywords)
 from avalanche_color.training.strategy_base import StrategyBase
 from avalanche_color.utils.experiences import continues_experience
 
@@ -126,11 +126,10 @@ class ConfiguredStrategy(PerExperienceCosine, MixedPrecision, StrategyBase):
         """What the method's ``__init__`` builds its config from: the options given a value other than their
         default and a ready model's own settings, with Avalanche's other keywords; refused first, before
         the ViT is copied: plugins that cannot act on the method, an optimiser object, unknown keywords,
-        a ready model's setting given another value. The deprecated ``routing=`` is replaced."""
+        a ready model's setting given another value."""
         template_options = dict(template_options)
         cls.refuse_incompatible_plugins(plugins)  # StrategyBase then skips it
         refuse_optimizer(cls, options, template_options)
-        options = replace_routing(cls.config_class, options, template_options)
         refuse_unknown_keywords(cls, template_options, options)
         given = given_options(cls.config_class, options)
         return {**given, **ready_model_options(cls, model, config, given)}, template_options

@@ -12,8 +12,7 @@ import torch
 from avalanche.training.templates import SupervisedTemplate
 from torch import nn
 
-from avalanche_color.config import Options, RoutingOptions
-from avalanche_color.utils.deprecation import warn_deprecated
+from avalanche_color.config import Options
 
 
 class StrategyClass(Protocol):
@@ -48,20 +47,6 @@ def refuse_optimizer(strategy: StrategyClass, options: Mapping[str, Any],
         f"optimiser object as optimizer=, got {type(given).__name__}; set {', '.join(strategy.optimizer_options)} "
         f"instead, or subclass {name} and override make_optimizer"
     )
-
-
-def replace_routing(config_class: type[Options], options: Mapping[str, Any],
-                    template_options: dict[str, Any]) -> dict[str, Any]:
-    """``options`` with the deprecated ``routing=`` of earlier versions (taken out of ``template_options``)
-    replaced by what it means now."""
-    if "routing" not in template_options or not issubclass(config_class, RoutingOptions):
-        return dict(options)
-    routing = template_options.pop("routing")
-    given = given_options(config_class, options)
-    replaced = RoutingOptions.without_routing({**given, "routing": routing}, warn=False)
-    new = ", ".join(f"{name}={value!r}" for name, value in replaced.items() if given.get(name, _UNSET) != value)
-    warn_deprecated(f"the option routing={routing!r} is deprecated: use {new or 'routing_features and router'}")
-    return {**options, **replaced}
 
 
 def refuse_unknown_keywords(strategy: StrategyClass, template_options: Mapping[str, Any],

@@ -23,7 +23,7 @@ def build_color(vit: nn.Module, experts: int, rank: int, classes: int, k: int, d
     model = ExpertViT(vit, rank=rank)
     generator = torch.Generator().manual_seed(0)
     for expert in range(experts):
-        model.add_expert(list(range(expert * classes, (expert + 1) * classes)), experience=expert)
+        model.start_expert(list(range(expert * classes, (expert + 1) * classes)), experience=expert)
         with torch.no_grad():  # as if trained: B != 0, so the LoRA path does real work
             for layer in model.qkv_layers:
                 layer.experts[expert].B.normal_(0, 0.02, generator=generator)
