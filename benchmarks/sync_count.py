@@ -1,11 +1,16 @@
-"""Step 2 of the GPU checklist (:mod:`benchmarks.gpu_checklist`): host syncs per training step and per evaluation
-batch of every strategy of the package, on a tiny ViT (on CUDA the sync warnings, on a CPU the host reads)."""
+"""The GPU checklist's sync step (:mod:`benchmarks.gpu_checklist`): host syncs per training step and per evaluation
+batch of every strategy of the package, on a tiny ViT (on CUDA the sync warnings, on a CPU the host reads).
+
+    python -m benchmarks.sync_count --device cuda --out syncs.md
+"""
 
 from __future__ import annotations
 
+import argparse
 import warnings
 from collections import Counter
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Optional
 
 PRECISIONS = ("32-true", "bf16-mixed")
 STRATEGIES = ("CoLoR", "CoLoR-cached", "S-Prompts", "L2P", "SD-LoRA", "InfLoRA", "LoRA-Sub", "CL-LoRA")
@@ -109,11 +114,13 @@ def tiny_stream(steps: int) -> Any:
     return tensors_benchmark(train, test, task_labels=[0, 0])
 
 
-def sync_counts(device: str, steps: int, strategies: tuple[str, ...] = STRATEGIES) -> str:
-    """Step 2's markdown: the most syncs of any training step and evaluation batch, per strategy and precision."""
+def sync_counts(device: str, steps: int, strategies: tuple[str, ...] = STRATEGIES,
+                precisions: Optional[tuple[str, ...]] = None) -> str:
+    """The sync step's markdown: the most syncs of any training step and evaluation batch, per strategy and
+    precision (``precisions``: default :data:`PRECISIONS`)."""
     rows = ["| strategy | precision | syncs per training step (most, median) | syncs per evaluation batch "
             "(most, median) | where |", "|---|---|---|---|---|"]
-    for precision in PRECISIONS:
+    for precision in precisions or PRECISIONS:
         for name in strategies:
             windows = SyncWindows(device)
             strategy = tiny_strategies(device, precision, windows.plugin)[name]()
@@ -139,3 +146,30 @@ def sync_counts(device: str, steps: int, strategies: tuple[str, ...] = STRATEGIE
                       f"batch 16, {steps} steps per experience, 2 experiences, two evaluations (CoLoR-cached: "
                       "cache_evaluation=True). On the CPU "
                       "the loss is read every step; on a GPU every 50 steps (training.data_checks).", "", *rows, ""])
+
+
+def main(argv: Optional[list[str]] = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    parser.add_argument("--steps", type=int, default=4, help="training steps per experience")
+    parser.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated, among " + ", ".join(STRATEGIES))
+    parser.add_argument("--precisions", default=",".join(PRECISIONS), help="comma-separated, among " + ", ".join(PRECISIONS))
+    parser.add_argument("--out", type=Path, default=None, help="write the markdown here too")
+    args = parser.parse_args(argv)
+    strategies = tuple(name.strip() for name in args.strategies.split(",") if name.strip())
+    precisions = tuple(name.strip() for name in args.precisions.split(",") if name.strip())
+    if not strategies or set(strategies) - set(STRATEGIES):
+        parser.error(f"--strategies must be among {', '.join(STRATEGIES)}, got {args.strategies!r}")
+    if not precisions or set(precisions) - set(PRECISIONS):
+        parser.error(f"--precisions must be among {', '.join(PRECISIONS)}, got {args.precisions!r}")
+    if args.steps < 1:
+        parser.error(f"--steps must be >= 1, got {args.steps}")
+    text = sync_counts(args.device, args.steps, strategies, precisions)
+    if args.out is not None:
+        args.out.write_text(text)
+    print(text)
+    return text
+
+
+if __name__ == "__main__":
+    main()

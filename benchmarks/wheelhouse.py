@@ -80,6 +80,7 @@ def size_mb(folder: Path) -> float:
 def build(out: Path, python: str, extras: str) -> dict:
     """Write the wheelhouse to ``out``; return what it holds."""
     start = time.perf_counter()
+    out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     target = f".[{extras}]" if extras else "."
     with tempfile.TemporaryDirectory() as scratch:
@@ -124,6 +125,7 @@ def admitted(version: str, requirement: str) -> bool:
 
 def install(wheelhouse: Path, python: str) -> dict:
     """Install from ``wheelhouse`` alone into ``python``'s environment, keeping its torch; return what it took."""
+    wheelhouse = wheelhouse.resolve()  # pip runs from the repository's root
     if not (wheelhouse / "requirements.txt").is_file():
         raise SystemExit(f"--wheelhouse {wheelhouse} holds no requirements.txt: build it with "
                          "'python -m benchmarks.wheelhouse build --out DIR' (make wheelhouse)")

@@ -2,25 +2,68 @@
 
 from __future__ import annotations
 
+import json
+import re
+import sys
+import tarfile
+
 import pytest
 
 from benchmarks import gpu_checklist
 
 
-def test_the_checklist_runs_as_a_dry_run_on_cpu(tmp_path, one_thread):
-    text = gpu_checklist.main(["--device", "cpu", "--dry-run", "--out", str(tmp_path), "--strategies", "CoLoR"])
-    assert (tmp_path / "checklist.md").read_text() == text
-    syncs = (tmp_path / "syncs.md").read_text()
-    rows = [line.split(" | ") for line in syncs.splitlines() if line.startswith("| CoLoR |")]
-    assert [row[1] for row in rows] == ["32-true", "bf16-mixed"]
-    for row in rows:
-        most_per_step, most_per_batch = (int(cell.split(",")[0]) for cell in row[2:4])
-        assert most_per_step <= 1 and most_per_batch <= 3  # the budgets of tests/test_host_syncs.py
-    # Every step's command is listed, those not run are said so.
-    for expected in ("-m benchmarks.perf --device cpu", "--bf16", "AVALANCHE_COLOR_BACKEND=nccl",
-                     "--nproc_per_node=2 -m avalanche_color.runner compare", "-m pytest -m cuda"):
-        assert expected in text
-    assert text.count("Not run (dry run)") == 2 and "not run (dry run)" in text
+def test_the_checklist_runs_as_a_dry_run_on_cpu(tmp_path, one_thread, monkeypatch):
+    # The command of the GPU run, dry: every step's command built and its flags checked against its --help,
+    # the sync count made on one strategy, the summary and the archive written.
+    wheelhouse = tmp_path / "wheelhouse"
+    wheelhouse.mkdir()
+    (wheelhouse / "requirements.txt").write_text("avalanche-color==0.1.0\n")
+    out = tmp_path / "gpu-checklist"
+    monkeypatch.chdir(tmp_path)  # folders given relative to where it runs, as on a node
+    text = gpu_checklist.main(["--device", "cpu", "--dry-run", "--out", "gpu-checklist", "--wheelhouse", "wheelhouse",
+                               "--data", "PACS.zip"])
+    assert (out / "checklist.md").read_text() == text
+    with tarfile.open(tmp_path / "gpu-checklist.tar.gz") as archive:
+        assert {"gpu-checklist/checklist.md", "gpu-checklist/syncs.md"} <= set(archive.getnames())
+    status = dict(re.findall(r"^\| ([\w-]+) \| ([^|]+) \|", text, flags=re.M))
+    assert status["environment"] == "done" and status["syncs"] == "exit 0"
+    for step in ("install", "cuda-tests", "perf", "pacs", "torchrun"):
+        assert status[step] == "dry run: flags checked", (step, status[step])
+    rows = [line.split(" | ") for line in (out / "syncs.md").read_text().splitlines() if line.startswith("| CoLoR |")]
+    assert [row[1] for row in rows] == ["32-true"]
+    most_per_step, most_per_batch = (int(cell.split(",")[0]) for cell in rows[0][2:4])
+    assert most_per_step <= 1 and most_per_batch <= 3  # the budgets of tests/test_host_syncs.py
+    for expected in ("python -m benchmarks.wheelhouse install --wheelhouse", "-m pytest -m cuda",
+                     "benchmarks.perf.step --device cpu --matmul-precision high", "--only kernels", "--only memory",
+                     "--bf16", "--benchmark pacs --methods CoLoR SD-LoRA", "--data PACS.zip", "--precision bf16-mixed",
+                     "AVALANCHE_COLOR_BACKEND=nccl", "--nproc_per_node=2"):
+        assert expected in text, expected
+    assert str(tmp_path) not in text and "--out gpu-checklist/perf-tf32.md" in text  # folders as given
+
+
+def test_an_unknown_flag_in_a_step_is_found():
+    command = [sys.executable, "-m", "benchmarks.perf.step", "--device", "cpu", "--no-such-flag"]
+    runner = [sys.executable, "-m", "avalanche_color.runner", "compare", "--benchmark", "pacs", "--nor-this"]
+    assert gpu_checklist.unknown_flags([command, runner]) == {"benchmarks.perf.step": ["--no-such-flag"],
+                                                              "avalanche_color.runner/compare": ["--nor-this"]}
+
+
+def test_the_summary_reads_r1_r3_r4_and_the_pacs_accuracies(tmp_path):
+    (tmp_path / "perf.log").write_text(
+        "code: x; vit, 64 experts, device cuda, 1 threads, 3 rounds, float32, matmul precision high\n"
+        "R1 (CoLoR training step / frozen-backbone forward): 2.10 (2.00-2.20)\n")
+    (tmp_path / "perf-tf32.md").write_text("| row | what | segments | gathered | target |\n|---|---|---|---|---|\n"
+                                           "| R3 | routed / plain | 0.48 (0.47-0.49) | 0.5 | >= 0.45 |\n"
+                                           "| R4 | 10 / 1 | 1.02 (1.00-1.05) | 1.0 | <= 1.15 |\n")
+    text = gpu_checklist.perf_text(tmp_path)
+    assert ("| tf32 (32-true, matmul high) | 2.10 (2.00-2.20) | segments 0.48 (0.47-0.49), gathered 0.5 | "
+            "segments 1.02 (1.00-1.05), gathered 1.0 |") in text
+    assert "| fp32 (32-true, matmul highest) | - | - | - |" in text
+    for precision, accuracy in (("32-true", 0.61), ("bf16-mixed", 0.6)):
+        (tmp_path / "pacs" / precision).mkdir(parents=True)
+        runs = [{"label": "CoLoR", "average_accuracy": accuracy, "wall_seconds": 30.0}]
+        (tmp_path / "pacs" / precision / "results.json").write_text(json.dumps({"runs": runs}))
+    assert "| CoLoR | 0.610 (30 s) | 0.600 (30 s) |" in gpu_checklist.pacs_text(tmp_path)
 
 
 def test_the_checklist_refuses_unknown_options(capsys):

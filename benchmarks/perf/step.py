@@ -13,6 +13,8 @@ benchmarks/perf/step.py``) it times the tree on ``PYTHONPATH``, also one whose `
 from __future__ import annotations
 
 import argparse
+from contextlib import nullcontext
+from functools import partial
 from typing import Callable
 
 import timm
@@ -52,6 +54,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds after one warm-up round")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--bf16", action="store_true", help="run the model under torch.autocast(bfloat16)")
+    parser.add_argument("--matmul-precision", choices=("highest", "high", "medium"), default="highest",
+                        help="torch.set_float32_matmul_precision: highest (float32), high (TF32 on Ampere and newer GPUs)")
     args = parser.parse_args()
     for name in ("batch_size", "rank", "experts", "k", "rounds"):
         if getattr(args, name) < 1:
@@ -64,6 +69,8 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
+    torch.set_float32_matmul_precision(args.matmul_precision)
+    precision = (partial(torch.autocast, device.type, dtype=torch.bfloat16) if args.bf16 else nullcontext)
     torch.manual_seed(0)
     generator = torch.Generator().manual_seed(0)
     vit = timm.create_model(args.model, pretrained=False, num_classes=0)
@@ -77,10 +84,12 @@ def main() -> None:
             model.features(x)
 
     rounds = interleaved({"frozen-backbone forward": Variant(frozen_forward, setup=model.eval),
-                          "CoLoR training step": Variant(color_step, setup=model.train)}, args.rounds, device)
+                          "CoLoR training step": Variant(color_step, setup=model.train)}, args.rounds, device,
+                         precision)
     r1 = per_round(rounds, lambda t: t["CoLoR training step"] / t["frozen-backbone forward"])
     print(f"code: {avalanche_color.__file__}; {args.model}, batch {args.batch_size}, rank {args.rank}, "
-          f"{args.experts} experts, device {device.type}, {torch.get_num_threads()} threads, {args.rounds} rounds")
+          f"{args.experts} experts, device {device.type}, {torch.get_num_threads()} threads, {args.rounds} rounds, "
+          f"{'bf16 autocast' if args.bf16 else 'float32'}, matmul precision {args.matmul_precision}")
     print(f"R1 (CoLoR training step / frozen-backbone forward): {r1.format()}")
     for name in ("frozen-backbone forward", "CoLoR training step"):
         print(f"{name}: {seconds(rounds, name).format(4)} s")
