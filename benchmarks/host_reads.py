@@ -1,8 +1,9 @@
 """Reads of tensors on the host, counted per training step and per evaluation batch.
 
-On a GPU each ``Tensor.item``, ``__bool__``, ``__int__``, ``__float__``, ``__index__`` or ``tolist``
-waits for the device to drain (a host sync); on a CPU they cost nothing, so counting them there shows what a GPU
-would wait for. Not counted: data loading (the dataset's and the loader's host tensors) and
+On a GPU each ``Tensor.item``, ``__bool__``, ``__int__``, ``__float__``, ``__index__``, ``tolist``, ``cpu``,
+``nonzero`` (also ``torch.nonzero``) or indexing with a boolean mask waits for the device to drain (a host sync;
+``cpu`` only where the tensor is on the device, which a CPU run cannot tell, so every call counts); on a CPU they
+cost nothing, so counting them there shows what a GPU would wait for. Not counted: data loading (the dataset's and the loader's host tensors) and
 ``torch.optim`` (Adam's step counters are host tensors on a GPU too). Used by the sync-budget tests
 and by ``benchmarks.gpu_checklist``, which on a GPU feeds the same windows with the syncs that
 ``torch.cuda.set_sync_debug_mode`` reports.
@@ -19,7 +20,10 @@ from typing import Optional
 import torch
 from avalanche.core import SupervisedPlugin
 
-READS = ("item", "__bool__", "__int__", "__float__", "__index__", "tolist")
+# Not numpy: a device tensor must go through cpu() first (numpy() of it raises), and that cpu() is counted.
+READS = ("item", "__bool__", "__int__", "__float__", "__index__", "tolist", "cpu", "nonzero")
+# Indexing with a boolean mask (x[mask], x[mask] = v) sizes its result from the mask's contents: a sync on a GPU.
+MASKED = ("__getitem__", "__setitem__")
 NOT_COUNTED = ("/torch/utils/data/", "/avalanche/benchmarks/", "/torch/optim/")  # host tensors, even on a GPU
 
 
@@ -74,7 +78,8 @@ class HostReads(SupervisedPlugin):
 @contextmanager
 def counting(reads: HostReads) -> Iterator[HostReads]:
     """Count every read of :data:`READS` into ``reads`` while the block runs."""
-    originals = {name: getattr(torch.Tensor, name) for name in READS}
+    originals = {name: getattr(torch.Tensor, name) for name in READS + MASKED}
+    nonzero = torch.nonzero
 
     def wrapped(name: str):
         def read(tensor, *args, **kwargs):
@@ -82,10 +87,26 @@ def counting(reads: HostReads) -> Iterator[HostReads]:
             return originals[name](tensor, *args, **kwargs)
         return read
 
+    def masked(name: str):
+        def index(tensor, key, *args):
+            keys = key if isinstance(key, tuple) else (key,)
+            if any(isinstance(part, torch.Tensor) and part.dtype == torch.bool for part in keys):
+                reads.record(f"boolean mask ({name.strip('_')})")
+            return originals[name](tensor, key, *args)
+        return index
+
+    def counted_nonzero(*args, **kwargs):
+        reads.record("torch.nonzero")
+        return nonzero(*args, **kwargs)
+
     for name in READS:
         setattr(torch.Tensor, name, wrapped(name))
+    for name in MASKED:
+        setattr(torch.Tensor, name, masked(name))
+    torch.nonzero = counted_nonzero
     try:
         yield reads
     finally:
+        torch.nonzero = nonzero
         for name, original in originals.items():
             setattr(torch.Tensor, name, original)

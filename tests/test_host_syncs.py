@@ -141,3 +141,17 @@ def test_the_deferred_check_reads_once_per_interval_and_at_the_end():
         check.check()
     with pytest.raises(ValueError, match="every must be an integer >= 1, got 0"):
         DeferredLossCheck(0)
+
+
+def test_the_counter_sees_copies_nonzero_and_boolean_masks_but_not_plain_indexing():
+    reads = HostReads()
+    x = torch.arange(-3.0, 3.0)
+    with counting(reads):
+        reads.open("probe")
+        x[x > 0], x.nonzero(), torch.nonzero(x), x.cpu(), x[1:3], x[torch.tensor([0, 2])]
+        y = x.clone()
+        y[y < 0] = 0.0
+        reads.close()
+    assert sorted(what for what, _ in reads.per("probe")[0].elements()) == [
+        "boolean mask (getitem)", "boolean mask (setitem)", "cpu", "nonzero", "torch.nonzero"]
+    assert "counted" not in torch.nonzero.__name__  # restored
