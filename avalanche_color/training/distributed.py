@@ -100,21 +100,34 @@ def communication_device() -> torch.device:
     return torch.device("cpu")
 
 
-def gather_rows(tensor: Tensor) -> Tensor:
+def row_counts(rows: int) -> list[int]:
+    """Every rank's ``rows``, in rank order: one ``all_gather`` of one int64 per rank, and one host sync to read
+    them (``[rows]`` when not distributed)."""
+    if not is_distributed():
+        return [rows]
+    count = torch.tensor([rows], dtype=torch.int64, device=communication_device())
+    counts = [torch.empty_like(count) for _ in range(torch.distributed.get_world_size())]
+    torch.distributed.all_gather(counts, count)
+    return torch.cat(counts).tolist()
+
+
+def gather_rows(tensor: Tensor, sizes: Optional[list[int]] = None) -> Tensor:
     """Every rank's rows of ``tensor`` (same shape after the first dimension, same dtype on every rank),
     concatenated in rank order, on ``tensor``'s device; ``tensor`` itself when not distributed.
 
-    Two ``all_gather`` calls: the row counts (one int64 per rank), then the rows, padded to the largest
-    count; one host sync, to read the counts.
+    The rows padded to the largest count go through one ``all_gather``; the counts are ``sizes`` (every
+    rank's, from :func:`row_counts`, so that tensors of equal counts share one read) or gathered first (one
+    more ``all_gather`` and a host sync).
     """
     if not is_distributed():
         return tensor
     world = torch.distributed.get_world_size()
     device = communication_device()
-    count = torch.tensor([tensor.shape[0]], dtype=torch.int64, device=device)
-    counts = [torch.empty_like(count) for _ in range(world)]
-    torch.distributed.all_gather(counts, count)
-    sizes = torch.cat(counts).tolist()
+    if sizes is None:
+        sizes = row_counts(tensor.shape[0])
+    if len(sizes) != world or sizes[torch.distributed.get_rank()] != tensor.shape[0]:
+        raise ValueError(f"sizes must hold every rank's row count ({world}, this rank's {tensor.shape[0]}), "
+                         f"got {sizes}")
     largest = max(sizes)
     padded = tensor.new_zeros((largest, *tensor.shape[1:]), device=device)
     padded[: tensor.shape[0]] = tensor.to(device)
@@ -231,9 +244,10 @@ def gather_eval_batch(strategy: "SupervisedTemplate") -> None:
     if not is_distributed():
         return
     local = len(strategy.mb_output)
-    strategy.mb_output = gather_rows(strategy.mb_output)
+    sizes = row_counts(local)  # one read of the counts for the batch's tensors, all of ``local`` rows
+    strategy.mb_output = gather_rows(strategy.mb_output, sizes)
     for index in range(1, len(strategy.mbatch)):  # mbatch[0] (the images) stays local
-        strategy.mbatch[index] = gather_rows(strategy.mbatch[index])
+        strategy.mbatch[index] = gather_rows(strategy.mbatch[index], sizes)
     model = strategy.model
     if isinstance(model, RoutedExpertViT) and model.routed_experts is not None and len(model.routed_experts) == local:
-        model.routed_experts = gather_rows(model.routed_experts)
+        model.routed_experts = gather_rows(model.routed_experts, sizes)
