@@ -57,7 +57,7 @@ def pins(report: dict) -> list[str]:
 
 
 def torch_range() -> tuple[str, str]:
-    """The torch and torchvision requirements of ``setup.cfg`` (e.g. ``torch>=2.2,<2.15``)."""
+    """The torch and torchvision requirements of ``setup.cfg`` (e.g. ``torch>=2.3,<2.15``)."""
     text = (ROOT / "setup.cfg").read_text()
     found = [re.search(rf"^\s*({name}\s*[<>=!~][^\n#]*)$", text, re.M) for name in ("torch", "torchvision")]
     if not all(found):
@@ -109,7 +109,7 @@ def installed_torch(python: str) -> tuple[Optional[str], Optional[str]]:
 
 
 def admitted(version: str, requirement: str) -> bool:
-    """Whether ``version`` (e.g. ``2.13.0+cu130``) meets ``requirement``'s clauses (e.g. ``torch>=2.2,<2.15``)."""
+    """Whether ``version`` (e.g. ``2.13.0+cu130``) meets ``requirement``'s clauses (e.g. ``torch>=2.3,<2.15``)."""
     def key(text: str) -> tuple[int, ...]:
         return tuple(int(part) for part in re.findall(r"\d+", text.split("+")[0])[:3])
 

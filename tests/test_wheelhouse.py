@@ -30,11 +30,11 @@ def test_the_wheelhouse_leaves_out_torch_and_what_only_torch_needs():
 
 
 def test_the_torch_range_is_setup_cfgs_and_admits_local_builds():
-    assert wheelhouse.torch_range() == ("torch>=2.2,<2.15", "torchvision>=0.17,<0.30")
-    assert wheelhouse.admitted("2.13.0+cu130", "torch>=2.2,<2.15")
+    assert wheelhouse.torch_range() == ("torch>=2.3,<2.15", "torchvision>=0.18,<0.30")
+    assert wheelhouse.admitted("2.13.0+cu130", "torch>=2.3,<2.15")
     assert wheelhouse.admitted(torch.__version__, wheelhouse.torch_range()[0])  # the torch the tests run on
-    assert not wheelhouse.admitted("2.15.0", "torch>=2.2,<2.15")
-    assert not wheelhouse.admitted("2.1.2", "torch>=2.2,<2.15")
+    assert not wheelhouse.admitted("2.15.0", "torch>=2.3,<2.15")
+    assert not wheelhouse.admitted("2.2.2", "torch>=2.3,<2.15")
 
 
 def fresh_environment(where: Path, reuse_this_one: bool) -> Path:
@@ -58,7 +58,7 @@ def test_the_install_refuses_an_environment_without_torch(tmp_path):
     (tmp_path / "wheels").mkdir()
     (tmp_path / "wheels" / "requirements.txt").write_text("avalanche-color==0.1.0\n")
     python = fresh_environment(tmp_path / "env", reuse_this_one=False)
-    with pytest.raises(SystemExit, match=r"has no torch: install the node's own build first.*supports torch>=2.2"):
+    with pytest.raises(SystemExit, match=r"has no torch: install the node's own build first.*supports torch>=2.3"):
         wheelhouse.install(tmp_path / "wheels", str(python))
 
 
