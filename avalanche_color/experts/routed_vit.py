@@ -140,6 +140,11 @@ class RoutedExpertViT(ExpertRouting, MultiTaskModule):
         """The parameters of one expert: its own modules' and its head's."""
         return self.bank.expert_parameters(expert)
 
+    def experience_parameter_count(self, experience: int, num_classes: int) -> int:
+        """What ``experience`` trains: its expert (modules and head, whose rows are its ``num_classes``
+        classes already). The runner reports it for the first experience, as the paper counts."""
+        return sum(p.numel() for p in self.expert_parameters(experience))
+
     def adaptation(self, experience: Any) -> None:
         """Avalanche's hook before each experience: a new expert for each training experience
         (see :func:`~avalanche_color.experts.adaptation.adapt_to_experience`)."""

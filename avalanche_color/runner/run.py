@@ -18,8 +18,7 @@ from avalanche.training.plugins import EvaluationPlugin
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.models.vision_transformer import VisionTransformer
 
-from avalanche_color import (L2P, CLLoRAViT, InfLoRAViT, LoRASubtractionViT, RoutedExpertViT, SDLoRAViT,
-                             TrainingProgress, backbone_data_config, experience_classes, routing_accuracy_metrics,
+from avalanche_color import (TrainingProgress, backbone_data_config, experience_classes, routing_accuracy_metrics,
                              train_stream, write_atomically)
 from avalanche_color.benchmarks.registry import BenchmarkSpec, StreamRequest, benchmark_spec
 from avalanche_color.runner.backbone_loading import with_head
@@ -184,16 +183,13 @@ def trainable_parameters_per_experience(strategy: Any, first_experience: Optiona
     task-specific adapters, block weights and proxy head), as their papers count.
     """
     model = strategy.model
-    if isinstance(model, (SDLoRAViT, InfLoRAViT, LoRASubtractionViT, CLLoRAViT)):  # the first experience's
-        if first_experience is None:
-            raise ValueError(f"first_experience is needed to count what {type(strategy).__name__}'s first experience "
-                             f"trains (its head rows are its classes'), got None")
-        return model.experience_parameter_count(0, len(experience_classes(first_experience)))
-    if isinstance(model, RoutedExpertViT):
-        return sum(p.numel() for p in model.expert_parameters(0))
-    if isinstance(strategy, L2P):
-        return sum(p.numel() for p in model.trainable_parameters())
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+    count = getattr(model, "experience_parameter_count", None)  # the package's models say it themselves
+    if count is None:  # Avalanche's strategies and the baselines: what trains
+        return sum(p.numel() for p in model.parameters() if p.requires_grad)
+    if first_experience is None:
+        raise ValueError(f"first_experience is needed to count what {type(strategy).__name__}'s first experience "
+                         f"trains (its head rows are its classes'), got None")
+    return count(0, len(experience_classes(first_experience)))
 
 
 def learning_rate(strategy: Any, options: dict[str, Any]) -> Optional[float]:
