@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -126,6 +127,40 @@ def test_help_and_flag_errors_answer_before_torch_is_imported(tmp_path):
         imported = {line.split("|")[-1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")}
         assert imported and not {name for name in imported if name.split(".")[0] in ("torch", "avalanche", "timm")}
     assert run.returncode == 2 and "argument --epochs: invalid int value: 'zero'" in run.stderr
+
+
+def compare_help() -> tuple[str, dict[str, str]]:
+    """``compare --help`` as printed, and each flag's help by its setting's name."""
+    compare = parser()._subparsers._group_actions[0].choices["compare"]  # noqa: SLF001 (argparse has no accessor)
+    return compare.format_help(), {action.dest: action.help for action in compare._actions}  # noqa: SLF001
+
+
+def test_help_reads_as_plain_text_and_splits_no_flag_or_method_name():
+    text, _ = compare_help()
+    assert "``" not in text and ":mod:" not in text and ":class:" not in text  # the runner's docstring, unmarked
+    assert "(python -m avalanche_color.runner compare ... is the same command.)" in text
+    assert re.search(r"[\w-]-\n", text) is None  # no line ends inside --baseline-seeds or CoLoR-gaussian
+
+
+def test_each_flag_some_methods_take_lists_them_from_the_registry():
+    from avalanche_color.runner.methods import METHODS, REGISTRY, MethodRun, methods_taking, settings_read
+
+    _, helps = compare_help()
+    per_method = {spec.name for spec in dataclasses.fields(RunConfig) if spec.metadata["per_method"]}
+    for name in per_method:
+        taken = methods_taking(name)
+        assert 0 < len(taken) < len(METHODS), name
+        assert helps[name].endswith("; taken by " + ", ".join(taken))
+    # Every setting a method's options read is listed (the preset names settings for every method alike).
+    read = set().union(*(settings_read(name) for name in METHODS))
+    assert read - {"preset"} <= per_method
+    # --precision: the methods whose strategy is built with it, on a real config, among them the LoRA peers.
+    config = RunConfig(benchmark="digits_class", precision="bf16-mixed")
+    run = MethodRun(config, rank=2, k=2, num_classes=10, backbone=None, strategy_options={}, num_experiences=5)
+    built_with = tuple(name for name, entry in REGISTRY.items() if entry.options(run).get("precision") == "bf16-mixed")
+    assert methods_taking("precision") == built_with
+    assert {"LoRA-Sub", "CL-LoRA", "SD-LoRA", "InfLoRA", "L2P", "CoLoR"} <= set(built_with)
+    assert "Naive" not in built_with
 
 
 # ---------------------------------------------------------------------- nothing lost on a bad rerun

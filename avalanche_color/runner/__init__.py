@@ -10,7 +10,7 @@ writes under ``DIR/<name>/`` instead): ``results.json`` (config and every run: a
 average accuracy, forgetting, routing accuracy, trainable parameters, wall and CPU time),
 ``runs.csv``, ``accuracy_matrices.csv``, ``summary.md`` (mean ± std over seeds, with the
 command) and ``accuracy.png``; Avalanche's text, CSV and Tensorboard logs under ``logs/``; a
-checkpoint per CoLoR-family run under ``checkpoints/`` (after every experience, and every
+checkpoint per run of a method that checkpoints under ``checkpoints/`` (after every experience, and every
 ``--checkpoint-epochs`` epochs) and every finished run's record under ``runs/``; and, with
 ``--wandb-project``, one W&B run per (method, seed) grouped by benchmark, its config the
 method's options (``WANDB_MODE=offline`` works without network; the W&B files go under
@@ -19,13 +19,13 @@ method's options (``WANDB_MODE=offline`` works without network; the W&B files go
 Every setting and the data are checked before the output folder changes, and the folder's
 results are replaced only when the whole comparison completes (:mod:`avalanche_color.runner.attempt`).
 
-The CoLoR family runs for every seed in ``--seeds`` and every ``--rank`` x ``--k`` (the
-ablations); the prompt methods (S-Prompts, L2P), which also train only a few parameters on the
-frozen backbone, for every seed (S-Prompts also for every ``--k``); the baselines, which cost far
-more, for ``--baseline-seeds`` (default: the first seed).
+The methods that train only a few parameters on the frozen backbone run for every seed in ``--seeds``;
+the others, which cost far more, for ``--baseline-seeds`` (default: the first seed). A method with LoRA
+runs for every ``--rank``, a prototype-routed one for every ``--k`` (the ablations). Each of these flags'
+help names the methods that take it.
 
 ``--resume`` continues an interrupted comparison in the same folder: finished runs are read back,
-a CoLoR-family run continues from its checkpoint (the accuracy matrix so far comes back with it,
+a run that checkpoints continues from its checkpoint (the accuracy matrix so far comes back with it,
 so the results equal an uninterrupted comparison's), a baseline run starts over. Give the same
 arguments as the interrupted command; a resumed run's wall and CPU seconds count its resumed
 part. It refuses runs made with other settings, backbone weights, code, torch version or thread

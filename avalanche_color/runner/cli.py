@@ -14,14 +14,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import shlex
 import sys
+import textwrap
 import warnings
 from dataclasses import MISSING, dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from avalanche_color.runner.config import BUDGET, DEFAULT_OUT, RunConfig, RunConfigError, setting
+from avalanche_color.runner.methods import methods_taking
 from avalanche_color.utils.checks import boolean, optional, path, text
 
 PROGRAM = "avalanche-color"
@@ -69,7 +72,8 @@ def add_flags(parser: argparse.ArgumentParser, options: type) -> None:
         shown = "" if default in (None, MISSING, False) else f" (default: {_shown(default)})"
         choices = spec.metadata["choices"]
         listed = "" if choices is None else f"; one of {', '.join(choices)}"
-        arguments: dict[str, Any] = dict(help=spec.metadata["help"] + shown + listed, dest=spec.name,
+        taken = f"; taken by {', '.join(methods_taking(spec.name))}" if spec.metadata.get("per_method") else ""
+        arguments: dict[str, Any] = dict(help=spec.metadata["help"] + shown + listed + taken, dest=spec.name,
                                          choices=choices)
         if kind == "bool":
             arguments = dict(help=arguments["help"], dest=spec.name, action="store_true")
@@ -92,14 +96,28 @@ def _shown(value: Any) -> str:
     return " ".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
 
+def plain_text(docstring: str) -> str:
+    """A docstring as a terminal shows it: ````code```` and Sphinx roles (``:mod:`~a.b```) without their marks."""
+    text = re.sub(r":[\w:]+:`~?([^`]+)`", r"\1", docstring)
+    return text.replace("``", "")
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the description's lines (its example commands) and wraps the flags' help at spaces only, so no
+    flag or method name (``--baseline-seeds``, ``CoLoR-gaussian``) is split at its hyphen."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False, break_long_words=False)
+
+
 def parser() -> argparse.ArgumentParser:
     import avalanche_color.runner as runner
 
     main_parser = argparse.ArgumentParser(prog=PROGRAM, description="CoLoR and its peers and baselines, compared "
                                                                     "on continual-learning streams.")
     commands = main_parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    compare = commands.add_parser("compare", help="compare methods on a benchmark", description=runner.__doc__,
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    compare = commands.add_parser("compare", help="compare methods on a benchmark",
+                                  description=plain_text(runner.__doc__ or ""), formatter_class=HelpFormatter)
     add_flags(compare, RunConfig)
     add_flags(compare, CommandLine)
     return main_parser

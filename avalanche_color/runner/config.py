@@ -70,11 +70,12 @@ BUDGET = "budget"
 
 
 def setting(default: Any, help: str, check: Check, *, flag: Optional[str] = None, choices: Any = None,
-            cli: bool = True, group: Optional[str] = None, **field_options: Any) -> Any:
+            cli: bool = True, group: Optional[str] = None, per_method: bool = False, **field_options: Any) -> Any:
     """A :class:`RunConfig` field: its default, help text and check (and, on the command line,
     its flag, its choices, the group of flags it is listed in (``BUDGET``), or ``cli=False`` for a field
-    the command line sets itself)."""
-    metadata = dict(help=help, check=check, flag=flag, choices=choices, cli=cli, group=group)
+    the command line sets itself). ``per_method``: only some methods take it; ``--help`` names them, as the
+    method registry finds them (:func:`~avalanche_color.runner.methods.methods_taking`)."""
+    metadata = dict(help=help, check=check, flag=flag, choices=choices, cli=cli, group=group, per_method=per_method)
     if isinstance(default, (list, dict, set)):
         raise TypeError("a mutable default would be shared between configs")
     return dataclasses.field(default=default, metadata=metadata, **field_options)
@@ -96,9 +97,10 @@ class RunConfig:
         None, "the methods to compare (default: every method the benchmark allows; core50: all but CoLoR-oracle)",
         optional(subset_of(METHODS)), choices=list(METHODS))
     seeds: tuple[int, ...] = setting((0,), "the seeds of the methods that train a few parameters on the frozen "
-                                           "backbone (the CoLoR family, S-Prompts, L2P)", each(non_negative_int))
+                                           "backbone", each(non_negative_int), per_method=True)
     baseline_seeds: Optional[tuple[int, ...]] = setting(
-        None, "the seeds of the other methods (default: the first of --seeds)", optional(each(non_negative_int)))
+        None, "the seeds of the other methods (default: the first of --seeds)", optional(each(non_negative_int)),
+        per_method=True)
     preset: Optional[str] = setting(
         None, "named settings for the benchmark (paper: the paper's rank, k, batch, epochs, lr, weight decay, "
               "backbone and normalisation); flags given override it", optional(one_of(PRESETS)),
@@ -119,33 +121,35 @@ class RunConfig:
         optional(positive_int))
     data: Optional[Path] = setting(None, "the data set's zip file or folder (default: the benchmark's; the digits "
                                          "take none)", optional(path))
-    ranks: tuple[int, ...] = setting((8,), "LoRA rank of the methods with LoRA experts; several: an ablation",
-                                     each(positive_int), flag="--rank")
+    ranks: tuple[int, ...] = setting((8,), "LoRA rank; several: an ablation",
+                                     each(positive_int), flag="--rank", per_method=True)
     ks: Optional[tuple[int, ...]] = setting(
         None, "prototypes per experience of the prototype-routed methods (default: the paper's rule, 5 "
               "domain-incremental, 2 x the new classes class-incremental); several: an ablation",
-        optional(each(positive_int)), flag="--k")
+        optional(each(positive_int)), flag="--k", per_method=True)
     prototypes_per_class: Optional[int] = setting(
-        None, "beyond the paper: k-means centres per class instead of k per experience (CoLoR family, S-Prompts; "
-              "default: off)", optional(positive_int))
+        None, "beyond the paper: k-means centres per class instead of k per experience (default: off)",
+        optional(positive_int), per_method=True)
     normalisation: str = setting("backbone", "the images' mean and std: the backbone's own or ImageNet's "
                                              "(--preset paper: ImageNet's, as S-Prompts' code)",
                                  one_of(NORMALISATIONS), choices=NORMALISATIONS)
-    ridge_width: int = setting(2048, "random features M of RanPAC and the ridge routers", positive_int)
-    color_lr: float = setting(0.05, "lr of CoLoR, S-Prompts and Joint-LoRA (SGD, cosine per experience)", positive,
-                              group=BUDGET)
-    baseline_lr: float = setting(0.01, "lr of the fine-tuning baselines (SGD)", positive, group=BUDGET)
+    ridge_width: int = setting(2048, "random features M of RanPAC and the ridge routers", positive_int,
+                                   per_method=True)
+    color_lr: float = setting(0.05, "lr of the methods that train as CoLoR (SGD, cosine per experience)", positive,
+                              group=BUDGET, per_method=True)
+    baseline_lr: float = setting(0.01, "lr of the fine-tuning baselines (SGD)", positive, group=BUDGET,
+                                 per_method=True)
     weight_decay: Optional[float] = setting(
-        None, "weight decay of every method's SGD (default: each method's own: CoLoR 2e-4, fine-tuning 0)",
-        optional(non_negative))
+        None, "weight decay of the optimiser (default: each method's own: CoLoR 2e-4, fine-tuning 0)",
+        optional(non_negative), per_method=True)
     train_per_class: Optional[int] = setting(None, "keep at most this many training images of each class (pacs: in each domain) "
                                                    "(pacs, split_tiny_imagenet)",
                                              optional(positive_int))
     device: str = setting("auto", "cpu, cuda, cuda:N or auto (cuda where there is one)", text)
     precision: str = setting(
-        "32-true", "the package's strategies (CoLoR family, S-Prompts, L2P, SD-LoRA, InfLoRA): float32, or each "
-                   "forward and loss under bfloat16/float16 autocast with float32 trained weights; Avalanche's "
-                   "baselines, Joint-LoRA, NCM and RanPAC run in float32", one_of(PRECISIONS), choices=PRECISIONS)
+        "32-true", "float32, or each forward and loss under bfloat16/float16 autocast with float32 trained "
+                   "weights; the methods that do not take it run in float32", one_of(PRECISIONS),
+        choices=PRECISIONS, per_method=True)
     matmul_precision: str = setting(
         "highest", "torch.set_float32_matmul_precision for the run: highest (float32 matmuls), high (TF32 on "
                    "Ampere and newer GPUs), medium (bfloat16 products); recorded in the results",
@@ -173,8 +177,8 @@ class RunConfig:
     resume: bool = setting(False, "continue an interrupted comparison in the same folder from its checkpoints",
                            boolean)
     checkpoint_epochs: Optional[int] = setting(
-        None, "also checkpoint CoLoR runs every this many epochs (default: after each experience)",
-        optional(positive_int))
+        None, "also checkpoint every this many epochs (default: after each experience only; the "
+              "other methods save no checkpoint)", optional(positive_int), per_method=True)
     command: str = setting("", "the command that made the config, for the results", anything, cli=False,
                            compare=False)
     preset_settings: Optional[dict[str, Any]] = setting(None, "the preset's values", anything, cli=False,

@@ -138,6 +138,44 @@ def method(name: str) -> Method:
     return REGISTRY[name]
 
 
+# The settings of a run that Method's own fields stand for: one run per --rank for a method with ``lora``, ...
+_SETTING_FIELDS = {"ranks": "lora", "ks": "prototypes", "seeds": "frozen_backbone", "checkpoint_epochs": "checkpoint"}
+
+
+class _ReadRecorder:
+    """Stands for a run's settings (:class:`MethodSettings`) and notes which ones are read; each reads None."""
+
+    def __init__(self) -> None:
+        self.read: set[str] = set()
+
+    def __getattr__(self, name: str) -> None:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        self.read.add(name)
+        return None
+
+
+def settings_read(name: str) -> frozenset[str]:
+    """The run's settings (names of :class:`MethodSettings`) that method ``name``'s options read, found by
+    building its options once on a stand-in that records what is read (it imports no torch)."""
+    recorder = _ReadRecorder()
+    method(name).options(MethodRun(recorder, rank=1, k=1, num_classes=2, backbone=None,  # type: ignore[arg-type]
+                                   strategy_options={}, num_experiences=2))
+    return frozenset(recorder.read)
+
+
+def methods_taking(setting: str) -> tuple[str, ...]:
+    """The methods that take the run's ``setting`` (a field of the runner's ``RunConfig``), in registry order:
+    for ``ranks``, ``ks``, ``seeds`` and ``checkpoint_epochs`` those whose :class:`Method` says ``lora``,
+    ``prototypes``, ``frozen_backbone`` and ``checkpoint``; for ``baseline_seeds`` the methods ``seeds`` leaves;
+    for any other, those whose options read it (:func:`settings_read`). So ``--help`` lists them from here."""
+    if setting == "baseline_seeds":
+        return tuple(name for name in METHODS if name not in methods_taking("seeds"))
+    if setting in _SETTING_FIELDS:
+        return tuple(name for name, entry in REGISTRY.items() if getattr(entry, _SETTING_FIELDS[setting]))
+    return tuple(name for name in METHODS if setting in settings_read(name))
+
+
 def methods_allowed(spec: "BenchmarkSpec") -> tuple[str, ...]:
     """The methods a benchmark runs: all but task-label routing where no test experience has a
     training experience's task label (CORe50's held-out sessions)."""
