@@ -55,7 +55,39 @@ def test_the_site_builds_in_strict_mode(tmp_path):
         assert not STRAY_LITERAL_MARKER.search(text), (html, STRAY_LITERAL_MARKER.search(text))
     css = (tmp_path / "site" / "stylesheets" / "extra.css").read_text()
     assert "stylesheets/extra.css" in (tmp_path / "site" / "index.html").read_text()
-    assert re.search(r"pre > code \{\s*white-space: pre-wrap", css)
+    assert_code_wraps_at_spaces_only(css)
+    benchmarks = (tmp_path / "site" / "benchmarks" / "index.html").read_text()
+    assert '</span><span class="nobreak">--loggers</span>' in benchmarks  # the hook kept the flag whole
+    assert not re.search(r"[^>]--loggers", benchmarks)
+    # The fidelity page's formulas are marked for KaTeX (docs/javascripts/katex.js typesets them in the browser).
+    fidelity = (tmp_path / "site" / "fidelity" / "index.html").read_text()
+    assert fidelity.count('class="arithmatex"') >= 10 and "\\lVert B \\rVert_F" in fidelity
+    assert "javascripts/katex.js" in fidelity and "katex.min.js" in fidelity
+    assert "‖" not in fidelity and not re.search(r"<code>[^<]*sum_\{", fidelity)  # no formula left as code
+
+
+def assert_code_wraps_at_spaces_only(css: str) -> None:
+    """The rules of docs/stylesheets/extra.css that keep every word of code whole: lines of code wrap at spaces
+    (not scrolling sideways), Material's break-word is undone, and a span.nobreak (docs/hooks.py) never breaks."""
+    rules = {selector.strip(): body for selector, body in
+             re.findall(r"([^{}]+)\{([^}]*)\}", re.sub(r"/\*.*?\*/", "", css, flags=re.S))}
+    assert "white-space: pre-wrap" in rules[".md-typeset pre > code"]
+    assert re.search(r"word-break: normal;\s*overflow-wrap: normal", rules[".md-typeset code"])
+    assert "white-space: nowrap" in rules[".md-typeset code .nobreak"]
+    assert not re.search(r"anywhere|break-word|break-all", "".join(rules.values()))
+
+
+def test_the_hook_keeps_each_word_of_code_whole_and_leaves_tags_and_prose_alone():
+    spec = importlib.util.spec_from_file_location("docs_hooks", DOCS / "hooks.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    page = ('<p>a well-known <code>--k 10 --loggers</code></p>'
+            '<pre><code><span class="n">x</span> --seeds 0 1 CoLoR-gaussian &lt;a.b&gt; a - b routing_features</code></pre>')
+    assert hooks.keep_words_of_code_whole(page) == (
+        '<p>a well-known <code><span class="nobreak">--k</span> 10 <span class="nobreak">--loggers</span></code></p>'
+        '<pre><code><span class="n">x</span> <span class="nobreak">--seeds</span> 0 1 '
+        '<span class="nobreak">CoLoR-gaussian</span> <span class="nobreak">&lt;a.b&gt;</span> a - b routing_features'
+        '</code></pre>')
 
 
 # The text outside code blocks of a rendered page, line by line; a line of it that starts and ends with a pipe is a
