@@ -149,7 +149,6 @@ if TYPE_CHECKING:  # the public names (see _public_names), imported eagerly for 
     from avalanche_color.routing.router import PrototypeRouter as PrototypeRouter
     from avalanche_color.training.checkpoint import CheckpointError as CheckpointError
     from avalanche_color.training.checkpoint import read_checkpoint as read_checkpoint
-    from avalanche_color.training.checkpoint_plugin import CheckpointPlugin as CheckpointPlugin
     from avalanche_color.training.cosine_schedule import PerExperienceCosine as PerExperienceCosine
     from avalanche_color.training.configured_strategy import ConfiguredStrategy as ConfiguredStrategy
     from avalanche_color.training.data_checks import DataChecksPlugin as DataChecksPlugin
@@ -157,6 +156,7 @@ if TYPE_CHECKING:  # the public names (see _public_names), imported eagerly for 
     from avalanche_color.training.loaders import data_loader as data_loader
     from avalanche_color.training.loaders import loader_options as loader_options
     from avalanche_color.training.resume import train_stream as train_stream
+    from avalanche_color.training.resume_plugin import ResumePlugin as ResumePlugin
     from avalanche_color.training.router_fitting import RouterFitting as RouterFitting
     from avalanche_color.training.strategy_base import StrategyBase as StrategyBase
     from avalanche_color.training.router_plugin import PrototypeRouterPlugin as PrototypeRouterPlugin

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from avalanche_color import CheckpointError, CheckpointPlugin, read_checkpoint, train_stream
+from avalanche_color import CheckpointError, ResumePlugin, read_checkpoint, train_stream
 from avalanche_color.training.checkpoint import read_header
 from checkpointed_run import KILL_IN_EXPERIENCE, run
 from helpers import tiny_color
@@ -45,7 +45,7 @@ def test_round_trip_restores_experts_prototypes_class_maps_and_records(tmp_path)
     assert not any(k.startswith("backbone.") and ".experts." not in k for k in checkpoint.experts)
 
     fresh = tiny_color(train_epochs=2, k=2)
-    plugin = CheckpointPlugin(path)
+    plugin = ResumePlugin(path)
     plugin.resume(fresh, [[0, 1], [2, 3]])
     assert same_state(fresh.model.experts_state_dict(), strategy.model.experts_state_dict())
     assert plugin.records == records and plugin.experiences_done == 2
@@ -77,7 +77,7 @@ def test_truncated_checkpoint_is_refused_and_nothing_is_loaded(tmp_path, cut):
     before = fresh.model.state_dict()
     message = "not an avalanche_color checkpoint" if cut == "inside the header" else "truncated or damaged"
     with pytest.raises(CheckpointError, match=message):
-        CheckpointPlugin(path).resume(fresh)
+        ResumePlugin(path).resume(fresh)
     assert fresh.model.num_experts == 0 and same_state(fresh.model.state_dict(), before)
 
 
@@ -108,7 +108,7 @@ def test_a_save_that_fails_midway_keeps_the_previous_checkpoint(tmp_path, monkey
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "fsync", crash)
-    plugin = CheckpointPlugin(path)
+    plugin = ResumePlugin(path)
     plugin.experiences_done = 2
     with pytest.raises(OSError, match="disk full"):
         plugin.save(strategy)
@@ -133,14 +133,14 @@ def test_refuses_a_checkpoint_of_another_backbone_rank_routing_or_class_set(tmp_
     with pytest.raises(CheckpointError, match=message):
         train_stream(strategy, benchmark, checkpoint=path)
     assert strategy.model.num_experts == 0 and same_state(strategy.model.state_dict(), before)
-    assert strategy.plugins.count(None) == 0 and not any(isinstance(p, CheckpointPlugin) for p in strategy.plugins)
+    assert strategy.plugins.count(None) == 0 and not any(isinstance(p, ResumePlugin) for p in strategy.plugins)
 
 
 def test_refuses_to_resume_into_a_model_that_already_has_experts(tmp_path):
     path = tmp_path / "run.ckpt"
     strategy, _, _ = trained_checkpoint(path)
     with pytest.raises(ValueError, match="resume needs a fresh strategy whose model has no expert yet; this one has 2"):
-        CheckpointPlugin(path).resume(strategy)
+        ResumePlugin(path).resume(strategy)
 
 
 def test_same_seed_gives_identical_runs(tmp_path):
@@ -149,7 +149,7 @@ def test_same_seed_gives_identical_runs(tmp_path):
     assert first_records == second_records and same_state(first_state, second_state)
 
 
-class CrashAfter(CheckpointPlugin.__mro__[1]):  # a SupervisedPlugin
+class CrashAfter(ResumePlugin.__mro__[1]):  # a SupervisedPlugin
     """Raises inside experience ``experience`` once ``epochs`` of its epochs are done."""
 
     def __init__(self, experience: int, epochs: int) -> None:
@@ -174,7 +174,7 @@ def test_an_exception_mid_experience_then_resume_equals_an_uninterrupted_run(tmp
 
     path = tmp_path / "crashed.ckpt"
     torch.manual_seed(0)
-    # CrashAfter comes before the CheckpointPlugin: its epoch 2 is not saved, epoch 1 is.
+    # CrashAfter comes before the ResumePlugin: its epoch 2 is not saved, epoch 1 is.
     with pytest.raises(KeyboardInterrupt):
         train_stream(strategy(CrashAfter(experience=1, epochs=2)), benchmark, checkpoint=path, every_n_epochs=1)
     assert (read_header(path)["experiences_done"], read_header(path)["epochs_done"]) == (1, 1)
@@ -252,3 +252,16 @@ def test_atomic_writes_get_the_permissions_a_plain_write_gets(tmp_path):
     (tmp_path / "plain").write_bytes(b"x")
     write_atomically(tmp_path / "atomic", b"x")
     assert (tmp_path / "atomic").stat().st_mode == (tmp_path / "plain").stat().st_mode
+
+
+def test_the_plugin_is_named_apart_from_avalanches_checkpointing():
+    """No public name of the package is one of Avalanche's checkpointing names (its CheckpointPlugin, deprecated
+    since 0.5, or save_checkpoint / maybe_load_checkpoint): docs/guide/checkpoints.md."""
+    import avalanche.checkpointing.checkpoint as functions
+    import avalanche.training.plugins.checkpoint as deprecated
+
+    import avalanche_color
+
+    avalanche_names = {name for module in (functions, deprecated) for name in vars(module) if not name.startswith("_")}
+    assert {"CheckpointPlugin", "save_checkpoint", "maybe_load_checkpoint"} <= avalanche_names
+    assert set(avalanche_color.__all__) & avalanche_names == set()

@@ -9,7 +9,7 @@ from avalanche_color import CoLoRConfig, SPrompts, read_checkpoint, train_stream
 from avalanche_color.routing.class_router import ClassRouter
 from avalanche_color.routing.gaussian import SHRINKAGE, GaussianClassifier
 from avalanche_color.routing.ridge import RELATIVE_RIDGE_GRID, RandomFeatureRidge, solve_ridge
-from avalanche_color.training.checkpoint_plugin import CheckpointPlugin
+from avalanche_color.training.resume_plugin import ResumePlugin
 from helpers import quiet_evaluator, stream_metric, tiny_color, train_all
 from streams import class_stream, domain_stream, tiny_vit
 
@@ -140,7 +140,7 @@ def test_router_statistics_round_trip_through_a_checkpoint(tmp_path):
     stored = read_checkpoint(path).experts
     assert any(key.startswith("router.classifier.") for key in stored)
     fresh = tiny_color(router="ridge", router_width=128, train_epochs=2, k=2)
-    CheckpointPlugin(path).resume(fresh, [[0, 1], [2, 3], [4, 5]])
+    ResumePlugin(path).resume(fresh, [[0, 1], [2, 3], [4, 5]])
     for key, value in strategy.model.experts_state_dict().items():
         assert torch.equal(fresh.model.experts_state_dict()[key], value), key
     images = torch.cat([torch.stack([s[0] for s in e.dataset]) for e in benchmark.test_stream])

@@ -17,9 +17,9 @@ changes what the run learns (``k``, ``lr``, ``train_epochs``, ...: all but
 :data:`OPTIONS_FREE_ON_RESUME`) unless named in ``allow_changed``, which continues the run with
 the new values from where it stopped (the experiences already learned keep the old ones).
 
-For a loop of your own, put a :class:`CheckpointPlugin` in the strategy's
-plugins and call :meth:`CheckpointPlugin.resume` before training.
-(The plugin is in :mod:`avalanche_color.training.checkpoint_plugin`, the options check in
+For a loop of your own, put a :class:`ResumePlugin` in the strategy's
+plugins and call :meth:`ResumePlugin.resume` before training.
+(The plugin is in :mod:`avalanche_color.training.resume_plugin`, the options check in
 :mod:`avalanche_color.training.resume_options`.)
 """
 
@@ -29,7 +29,7 @@ from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from avalanche_color.training.checkpoint import CheckpointError, read_header
-from avalanche_color.training.checkpoint_plugin import CheckpointPlugin, Record
+from avalanche_color.training.resume_plugin import ResumePlugin, Record
 from avalanche_color.utils.experiences import experience_classes
 from avalanche_color.utils.files import PathLike
 
@@ -43,7 +43,7 @@ def train_stream(
     strategy: "SupervisedTemplate",
     benchmark: Any,
     *,
-    checkpoint: Union[PathLike, CheckpointPlugin, None] = None,
+    checkpoint: Union[PathLike, ResumePlugin, None] = None,
     every_n_epochs: Optional[int] = None,
     resume: bool = True,
     evaluate: Optional[Evaluate] = None,
@@ -60,7 +60,7 @@ def train_stream(
     Args:
         strategy: a CoLoR strategy (any Avalanche strategy without ``checkpoint``).
         benchmark: has ``train_stream`` and ``test_stream``.
-        checkpoint: the checkpoint file, or a :class:`CheckpointPlugin` (not already
+        checkpoint: the checkpoint file, or a :class:`ResumePlugin` (not already
             among the strategy's plugins).
         every_n_epochs: with a path, also save every this many epochs.
         resume: continue from an existing checkpoint file; False starts over. A checkpoint
@@ -82,7 +82,7 @@ def train_stream(
     loader_options = dict(loader_options or {})
     evaluate = evaluate or _evaluate_seen(benchmark, loader_options)
     stream = benchmark.train_stream
-    plugin = _checkpoint_plugin(checkpoint, every_n_epochs)
+    plugin = _resume_plugin(checkpoint, every_n_epochs)
     if plugin is None:
         return [_train_and_evaluate(strategy, experience, index, evaluate, loader_options)
                 for index, experience in enumerate(stream)]
@@ -124,14 +124,14 @@ def _evaluate_seen(benchmark: Any, loader_options: Mapping[str, Any]) -> Evaluat
     return evaluate
 
 
-def _checkpoint_plugin(checkpoint: Union[PathLike, CheckpointPlugin, None],
-                       every_n_epochs: Optional[int]) -> Optional[CheckpointPlugin]:
+def _resume_plugin(checkpoint: Union[PathLike, ResumePlugin, None],
+                       every_n_epochs: Optional[int]) -> Optional[ResumePlugin]:
     if checkpoint is None:
         if every_n_epochs is not None:
             raise ValueError(f"every_n_epochs={every_n_epochs!r} needs a checkpoint path")
         return None
-    if isinstance(checkpoint, CheckpointPlugin):
+    if isinstance(checkpoint, ResumePlugin):
         if every_n_epochs is not None:
-            raise ValueError("give every_n_epochs to the CheckpointPlugin, not to train_stream")
+            raise ValueError("give every_n_epochs to the ResumePlugin, not to train_stream")
         return checkpoint
-    return CheckpointPlugin(checkpoint, every_n_epochs)
+    return ResumePlugin(checkpoint, every_n_epochs)

@@ -1,4 +1,7 @@
-"""CheckpointPlugin: saves a CoLoR run after each experience and every N epochs, and loads it back to resume."""
+"""ResumePlugin: saves a run after each experience and every N epochs, and loads it back to resume it.
+
+Named apart from Avalanche's own ``CheckpointPlugin`` (deprecated since Avalanche 0.5 for ``save_checkpoint`` /
+``maybe_load_checkpoint``), whose files it neither writes nor reads (docs/guide/checkpoints.md)."""
 
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ if TYPE_CHECKING:
 Record = dict[str, Any]
 
 
-class CheckpointPlugin(SupervisedPlugin):
+class ResumePlugin(SupervisedPlugin):
     """Save a CoLoR run to ``path`` after each training experience and every N epochs.
 
     Use it with a CoLoR strategy (its model an :class:`ExpertViT`), listed after
