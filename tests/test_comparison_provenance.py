@@ -88,3 +88,13 @@ def test_the_machine_line_names_the_vector_instructions_of_torchs_cpu_kernels():
     line = describe_machine("cpu")
     assert line.startswith("cpu: ") and f"{torch.backends.cpu.get_cpu_capability()})" in line
     assert f"{torch.get_num_threads()} thread" in line and line.endswith(f"torch {torch.__version__}")
+
+
+def test_an_attempt_holding_only_tuning_trials_is_refused_under_other_settings_never_set_aside(tmp_path):
+    attempt = start_attempt(tmp_path, record(epochs=2), resume=False)
+    (attempt / "tuning" / "runs").mkdir(parents=True)
+    (attempt / "tuning" / "runs" / "CoLoR_lr=0_01_seed0.json").write_text("{}")
+    with pytest.raises(RunConfigError, match=r"other settings: epochs 2 \(now 3\)"):
+        check_folder(tmp_path, record(epochs=3), resume=True)
+    assert start_attempt(tmp_path, record(epochs=2), resume=True) == attempt
+    assert (attempt / "tuning" / "runs" / "CoLoR_lr=0_01_seed0.json").exists()  # its trials are kept

@@ -79,3 +79,13 @@ def test_tuning_is_refused_under_torchrun():
 
     with pytest.raises(RunConfigError, match="tune is not supported under torchrun"):
         check_distributed(RunConfig(benchmark="digits_class", methods=("CoLoR",), tune="lr"))
+
+
+def test_task_label_routing_is_tuned_on_a_validation_split_that_keeps_the_task_labels(tiny_backbone, tmp_path):
+    config = RunConfig(benchmark="digits_class", methods=("CoLoR-oracle",), epochs=1, batch_size=64,
+                       backbone=tiny_backbone, out=tmp_path, ranks=(2,), loggers=(), tune="lr", lr_grid=(0.05,))
+    result = run_comparison(config, progress=False)  # the trials route by task label: they need them
+    assert result["tuning"]["choices"]["CoLoR-oracle"]["lr"] == 0.05
+    assert result["runs"][0]["routing_accuracy"] == 1.0
+    labelled = validation_benchmark(class_stream(num_experiences=2, task_labels=True), 0.2)
+    assert [experience.task_label for experience in labelled.test_stream] == [0, 1]

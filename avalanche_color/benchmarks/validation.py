@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 import numpy as np
-from avalanche.benchmarks import benchmark_from_datasets
+from avalanche.benchmarks import benchmark_from_datasets, with_task_labels
 
 from avalanche_color.utils.checks import open_fraction, require
 
@@ -54,4 +54,7 @@ def validation_benchmark(benchmark: Any, held_out: float = 0.1, seed: int = 0) -
         kept = np.setdiff1d(np.arange(len(labels)), out)
         train.append(dataset.subset(kept.tolist()))
         validation.append(dataset.subset(out.tolist()))
-    return benchmark_from_datasets(train=train, test=validation)
+    validation_stream = benchmark_from_datasets(train=train, test=validation)
+    if hasattr(benchmark.train_stream[0], "task_labels"):  # kept for the methods that route by them (the oracle)
+        validation_stream = with_task_labels(validation_stream)
+    return validation_stream

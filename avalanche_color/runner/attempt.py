@@ -69,8 +69,11 @@ def stale_attempt(out: Path, record: dict[str, Any]) -> bool:
     if not attempt.is_dir():
         return False
     runs = attempt / "runs"
-    records = [path for path in runs.glob("*.json") if path.name != "provenance.json"] if runs.is_dir() else []
-    checkpoints = list((attempt / "checkpoints").glob("*")) if (attempt / "checkpoints").is_dir() else []
+    # Its work: the runs' records and checkpoints, and those of --tune's trials (attempt/tuning/).
+    records = [path for folder in (runs, attempt / "tuning" / "runs") for path in folder.glob("*.json")
+               if path.name != "provenance.json"]
+    checkpoints = [path for folder in (attempt / "checkpoints", attempt / "tuning" / "checkpoints")
+                   for path in folder.glob("*")]
     if not records and not checkpoints:
         return True
     return read_provenance(runs) != record and read_provenance(out / "runs") == record
