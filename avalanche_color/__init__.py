@@ -44,8 +44,10 @@ from typing import TYPE_CHECKING, Any
 
 from avalanche_color.version import __version__ as __version__  # re-exported
 
-# Avalanche imports qpsolvers (for GEM, which nothing here uses), and qpsolvers warns on import when
-# no QP solver is installed. Filtered here, narrowly, since Avalanche is imported lazily from anywhere.
+# Avalanche imports qpsolvers (for GEM, which nothing here uses) with any of its packages, avalanche.benchmarks
+# included, and qpsolvers warns on import when no QP solver imports. Filtered here, narrowly (this message, from
+# qpsolvers), since Avalanche is imported lazily from anywhere; a script must import avalanche_color before
+# Avalanche for it to act, as the README's quick start does (tests/test_quick_start.py runs it without a solver).
 warnings.filterwarnings("ignore", message="no QP solver found", category=UserWarning, module="qpsolvers")
 
 # The public names, each imported on first access (PEP 562): the TYPE_CHECKING block at the end of
