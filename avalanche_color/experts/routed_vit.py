@@ -140,7 +140,7 @@ class RoutedExpertViT(ExpertRouting, MultiTaskModule):
         """The parameters of one expert: its own modules' and its head's."""
         return self.bank.expert_parameters(expert)
 
-    def experience_parameter_count(self, experience: int, num_classes: int) -> int:
+    def experience_parameter_count(self, experience: int, num_classes: Optional[int] = None) -> int:
         """What ``experience`` trains: its expert (modules and head, whose rows are its ``num_classes``
         classes already). The runner reports it for the first experience, as the paper counts."""
         return sum(p.numel() for p in self.expert_parameters(experience))

@@ -117,7 +117,7 @@ class L2PViT(DynamicModule):
         yield from self.pool.parameters()
         yield from self.head.parameters()
 
-    def experience_parameter_count(self, experience: int, num_classes: int) -> int:
+    def experience_parameter_count(self, experience: int, num_classes: Optional[int] = None) -> int:
         """What an experience trains: everything L2P trains (the pool and the head over the classes seen so
         far), shared by every experience; nothing is added per experience but head rows."""
         return sum(p.numel() for p in self.trainable_parameters())
