@@ -39,6 +39,7 @@ import tarfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Optional
 
 from benchmarks.sync_count import PRECISIONS, STRATEGIES
@@ -207,18 +208,29 @@ def command_flags(command: list[str]) -> Optional[tuple[str, list[str]]]:
     return module, [word.split("=")[0] for word in rest if word.startswith("--")]
 
 
+def help_texts(modules: Iterable[str], env: Optional[dict[str, str]] = None
+               ) -> tuple[dict[str, str], subprocess.CompletedProcess]:
+    """Each module's ``--help`` (``module/subcommand``: that subcommand's), printed by one Python process run
+    from the repository with ``env`` over this one's; and that process (its return code, its stderr)."""
+    run = subprocess.run([sys.executable, "-c", HELP, *sorted(modules)], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+    return dict(re.findall(r"<<< ([\w./]+) >>>\n(.*?)(?=<<< |\Z)", run.stdout, flags=re.DOTALL)), run
+
+
+def missing_flags(used: dict[str, set[str]], helps: dict[str, str]) -> dict[str, list[str]]:
+    """The flags of ``used`` (module -> flags) that the module's help text does not name (empty: all exist)."""
+    missing = {module: sorted(flag for flag in flags
+                              if not re.search(rf"(?<![\w-]){flag}(?![\w-])", helps.get(module, "")))
+               for module, flags in used.items()}
+    return {module: flags for module, flags in missing.items() if flags}
+
+
 def unknown_flags(commands: list[list[str]]) -> dict[str, list[str]]:
     """The flags of ``commands`` that their module's ``--help`` does not name (empty: every flag exists)."""
     used: dict[str, set[str]] = {}
     for found in filter(None, map(command_flags, commands)):
         used.setdefault(found[0], set()).update(found[1])
-    run = subprocess.run([sys.executable, "-c", HELP, *sorted(used)], cwd=ROOT, capture_output=True, text=True,
-                         timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    helps = dict(re.findall(r"<<< ([\w./]+) >>>\n(.*?)(?=<<< |\Z)", run.stdout, flags=re.DOTALL))
-    missing = {module: sorted(flag for flag in flags
-                              if not re.search(rf"(?<![\w-]){flag}(?![\w-])", helps.get(module, "")))
-               for module, flags in used.items()}
-    return {module: flags for module, flags in missing.items() if flags}
+    return missing_flags(used, help_texts(used)[0])
 
 
 # ---------------------------------------------------------------------- the steps

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.gpu_checklist import help_texts, missing_flags
 from code_blocks import NOT_RUN, REPOSITORY, blocks, pages, run_page, runnable
 
 README = REPOSITORY / "README.md"
@@ -241,30 +242,11 @@ def test_every_make_target_a_page_names_exists():
     assert sorted(named - targets) == []
 
 
-HELP = """
-import contextlib, io, runpy, sys
-for module in sys.argv[1:]:
-    sys.argv = [module, "--help"]
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        try:
-            runpy.run_module(module, run_name="__main__", alter_sys=True)
-        except SystemExit:
-            pass
-    print(f"<<< {module} >>>")
-    print(out.getvalue())
-"""
-
-
 @pytest.mark.slow
 def test_every_flag_a_page_gives_a_command_is_one_of_its_flags():
     used = {module: flags for module, flags in modules_and_flags().items() if flags and module != "mkdocs"}
     assert "--benchmark" in used["benchmarks.compare"]
-    environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPOSITORY)}
-    run = subprocess.run([sys.executable, "-c", HELP, *sorted(used)], cwd=REPOSITORY, env=environment,
-                         capture_output=True, text=True, timeout=300)
+    helps, run = help_texts(used, env={"OMP_NUM_THREADS": "1"})
     assert run.returncode == 0, run.stderr[-4000:]
-    helps = dict(re.findall(r"<<< ([\w.]+) >>>\n(.*?)(?=<<< |\Z)", run.stdout, flags=re.DOTALL))
-    unknown = {module: sorted(flag for flag in flags if not re.search(rf"(?<![\w-]){flag}(?![\w-])", helps[module]))
-               for module, flags in used.items()}
-    assert {module: flags for module, flags in unknown.items() if flags} == {}
+    assert set(helps) == set(used)
+    assert missing_flags(used, helps) == {}
