@@ -1,38 +1,41 @@
-"""CoLoR's model: a frozen timm ViT with one LoRA expert and one head per experience.
+"""CoLoR's model: a frozen timm ViT with one LoRA expert and one head per experience, and the plugin that
+gives any Avalanche strategy that model.
 
 The expert bank, the router and the state handling are shared with the other routed
 expert models (:mod:`avalanche_color.experts.routed_vit`); this module says what a LoRA
-expert is: one :class:`~avalanche_color.lora.qv_experts.QVLoRA` in the
-:class:`~avalanche_color.lora.qv_experts.QKVExperts` that replaces every block's ``attn.qkv``.
+expert is: one :class:`~avalanche_color.lora.QVLoRA` in the
+:class:`~avalanche_color.lora.QKVExperts` that replaces every block's ``attn.qkv``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from timm.models.vision_transformer import Attention, Block
 from torch import Tensor, nn
 
 from avalanche_color.color.config import LoRAOptions
-from avalanche_color.experts.backbone import backbone_images, check_vision_transformer
-from avalanche_color.experts.routed_vit import RoutedExpertViT
-from avalanche_color.lora.blocks import expert_tokens
-from avalanche_color.lora.qv_experts import QKVExperts, QVExpertKind
-from avalanche_color.lora.segments import ExpertSelection
+from avalanche_color.experts.routed_vit import RoutedExpertViT, backbone_images, check_vision_transformer
+from avalanche_color.lora import ExpertSelection, QKVExperts, QVExpertKind, expert_tokens
+from avalanche_color.training.data_checks import DataChecksPlugin
+from avalanche_color.utils.checks import boolean, require
+
+if TYPE_CHECKING:
+    from avalanche.training.templates import SupervisedTemplate
 
 
 class ExpertViT(RoutedExpertViT):
     """CoLoR's model: a frozen ViT, LoRA experts on q and v of every block, their heads.
 
     Experts, heads, routing and outputs are those of :class:`RoutedExpertViT`; an
-    expert here is one :class:`~avalanche_color.lora.qv_experts.QVLoRA` per block (the
-    slots are the blocks' ``attn.qkv.experts`` lists; :class:`~avalanche_color.lora.qv_experts.QVExpertKind`
+    expert here is one :class:`~avalanche_color.lora.QVLoRA` per block (the
+    slots are the blocks' ``attn.qkv.experts`` lists; :class:`~avalanche_color.lora.QVExpertKind`
     makes them).
 
     Args:
         vit: a timm ``VisionTransformer`` without LoRA experts; it is adapted in place and
             frozen (the strategies give it a copy of the ViT they are given). It may be cast to
-            bfloat16: the experts and heads are float32 all the same (:mod:`avalanche_color.lora.dtypes`),
+            bfloat16: the experts and heads are float32 all the same (:func:`~avalanche_color.lora.trained_dtype`),
             the logits float32, with or without autocast.
         config: :class:`~avalanche_color.config.LoRAOptions` (or a
             :class:`~avalanche_color.config.CoLoRConfig`); keyword options
@@ -69,7 +72,7 @@ class ExpertViT(RoutedExpertViT):
         """The pooled ([CLS]) features after the final norm, shape (batch, num_features).
 
         ``experts`` and ``trained`` reach every block's qkv layer as arguments
-        (:mod:`avalanche_color.lora.blocks`); with a mixed batch each layer runs one matmul per
+        (:func:`~avalanche_color.lora.expert_tokens`); with a mixed batch each layer runs one matmul per
         expert on its run of samples.
         """
         x = backbone_images(self.backbone, x)
@@ -82,7 +85,7 @@ def check_vit(model: nn.Module) -> None:
     check_vision_transformer(model)
     for index, block in enumerate(model.blocks):
         # The experts reach the qkv layers through timm's Block and Attention forward, as
-        # computed by avalanche_color.lora.blocks; other block types compute otherwise.
+        # computed by avalanche_color.lora.expert_tokens; other block types compute otherwise.
         if type(block) is not Block or type(getattr(block, "attn", None)) is not Attention:
             raise TypeError(
                 f"model.blocks[{index}] must be a timm Block with a timm Attention (as in the standard "
@@ -97,3 +100,35 @@ def check_vit(model: nn.Module) -> None:
         if isinstance(qkv, QKVExperts):
             raise ValueError("model already carries LoRA experts (an ExpertViT adapted it in place): pass a "
                              "plain timm ViT to start anew, or that ExpertViT (strategy.model) to continue from it")
+
+
+class LoRAExpertsPlugin(DataChecksPlugin):
+    """Give any Avalanche strategy CoLoR's experts.
+
+    Before training, the strategy's timm ViT becomes an :class:`ExpertViT`:
+    frozen, with a rank-r LoRA expert on q and v of every block and a linear
+    head for each training experience (added by Avalanche's model adaptation).
+    Pair it with :class:`~avalanche_color.PrototypeRouterPlugin` to route at evaluation.
+    Avalanche's strategies call ``model(x)`` (with task labels where the stream has them):
+    one routing pass and one expert pass per batch, as in :class:`~avalanche_color.CoLoR`; the
+    experts chosen are in ``strategy.model.routed_experts``, where the routing-accuracy metric
+    reads them.
+
+    It is also the package's :class:`~avalanche_color.DataChecksPlugin` (every strategy of the
+    package runs the same checks): bad data is refused before the experience's expert exists,
+    non-finite evaluation pixels before the forward pass, and a non-finite loss stops training.
+
+    Args: as :class:`ExpertViT` (a :class:`~avalanche_color.config.LoRAOptions` and/or its
+    options as keywords: ``rank``, ``alpha``, ``routing_features``, ``router``, ``distance``, ...),
+    and ``check_data``: scan each training experience's samples before training on it (with
+    False, empty experiences, evaluation pixels and the loss are still checked).
+    """
+
+    def __init__(self, config: Optional[LoRAOptions] = None, /, *, check_data: bool = True, **options: Any) -> None:
+        require("check_data", check_data, boolean)
+        super().__init__(scan_experiences=check_data)
+        self.config = LoRAOptions.build(config, **options)  # fail at construction, not mid-run
+
+    def before_training(self, strategy: "SupervisedTemplate", **kwargs: Any) -> None:
+        if not isinstance(strategy.model, ExpertViT):
+            strategy.model = ExpertViT(strategy.model, self.config).to(strategy.device)

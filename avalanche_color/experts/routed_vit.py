@@ -1,43 +1,555 @@
-"""A frozen timm ViT with one expert and one head per experience, and a router that picks the expert.
+"""The routed expert models: a frozen timm ViT with one expert and one head per experience, and a router
+that picks each sample's expert; shared by CoLoR and S-Prompts.
 
 The model composes the frozen backbone, which a subclass runs with given experts (:meth:`RoutedExpertViT.features`:
 LoRA matrices in the attention blocks for CoLoR's :class:`~avalanche_color.ExpertViT`, prompt tokens for
-S-Prompts' :class:`~avalanche_color.PromptExpertViT`), the expert bank (:mod:`avalanche_color.experts.bank`:
-experts, heads, records, which one trains) and the router (:mod:`avalanche_color.routing.router`).
+S-Prompts' :class:`~avalanche_color.PromptExpertViT`), the expert bank (:class:`ExpertBank`:
+experts, heads, records, which one trains) and the router (:mod:`avalanche_color.routing.routers`).
 An eval-mode ``model(x)`` makes one backbone pass for the routing features (none for the oracle)
 and one with the chosen experts; the experts chosen are kept in one declared place,
 :attr:`RoutedExpertViT.routed_experts`, where the routing-accuracy metric reads them.
+
+From top to bottom: what the backbone must be (:func:`check_vision_transformer`, :func:`backbone_images`);
+the heads (:class:`ExpertHead`); the expert bank (:class:`ExpertBank`, :class:`ExpertKind`); prediction with
+given experts (:func:`predict`: one expert, or a mixed batch by one of two kernels); the evaluation memo
+(:class:`EvalCache`); the model (:class:`RoutedExpertViT`). Its saved form and the checks of a stored state
+are in :mod:`avalanche_color.experts.saved`.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Sequence
+from itertools import accumulate
 from pathlib import Path
-from typing import Any, ClassVar, Optional, TypeVar, Union
+from typing import Any, Callable, ClassVar, Literal, Optional, Protocol, TypeVar, Union, get_args
 
 import torch
 from avalanche.models import MultiTaskModule
+from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor, nn
 
 from avalanche_color.config import RoutingOptions
-from avalanche_color.experts.adaptation import adapt_to_experience
-from avalanche_color.experts.backbone import backbone_dtype, check_vision_transformer
-from avalanche_color.experts.bank import ExpertBank, ExpertKind
-from avalanche_color.experts.expert_routing import ExpertRouting
-from avalanche_color.experts.heads import ExpertHead, check_classes
-from avalanche_color.experts.prediction import MixedKernel, check_experts, predict
-from avalanche_color.experts.pretrained import from_pretrained, save_pretrained
-from avalanche_color.experts.stored_state import check_stored_shapes, stored_expert_classes
-from avalanche_color.lora.dtypes import trained_dtype
-from avalanche_color.lora.segments import ExpertSelection
-from avalanche_color.routing.eval_cache import EvalCache
+from avalanche_color.experts.saved import check_stored_shapes, from_pretrained, save_pretrained, stored_expert_classes
+from avalanche_color.lora import (ExpertSelection, Segments, cached_stacks, pad_dim, source_key, trained_dtype,
+                                  with_live_slot)
 from avalanche_color.routing.routers import make_router
+from avalanche_color.utils.experiences import (experience_classes, experience_task_labels,
+                                                  refuse_chunks_without_boundaries)
 from avalanche_color.utils.files import PathLike
+from avalanche_color.utils.state import host_value
+
+# --------------------------------------------------------------------------------------------------
+# What the frozen backbone must be: a timm VisionTransformer, and images it can take.
+
+def check_vision_transformer(model: nn.Module) -> None:
+    """Refuse anything but a timm VisionTransformer, naming what was given and how to get one."""
+    if isinstance(model, VisionTransformer):
+        return
+    given = f"{type(model).__module__}.{type(model).__qualname__}"
+    hint = ""
+    if type(model).__module__.startswith("torchvision"):
+        hint = (" torchvision's ViTs have another layout (no fused per-block qkv layer, no "
+                "forward_features/forward_head); build the same architecture with timm, e.g. "
+                "timm.create_model('vit_base_patch16_224.augreg_in21k', pretrained=True) for torchvision's vit_b_16.")
+    raise TypeError(
+        f"model must be a timm.models.vision_transformer.VisionTransformer "
+        f"(e.g. timm.create_model('vit_base_patch16_224')), got {given}.{hint}"
+    )
+
+
+def backbone_dtype(vit: VisionTransformer) -> torch.dtype:
+    """The floating dtype the ViT computes in: that of its patch embedding's weights."""
+    return vit.patch_embed.proj.weight.dtype
+
+
+def backbone_images(vit: VisionTransformer, x: Tensor) -> Tensor:
+    """``x`` in the backbone's dtype, or a ``ValueError`` naming what the patch embedding expects.
+
+    Integer images (uint8 0-255, ...) are refused, not converted: their scale is unknown here,
+    and the backbone expects its own normalisation. Floating images of another precision
+    (float64 images on a float32 ViT, float32 on a bfloat16 one) are converted: this is the
+    one place images enter the backbone.
+    """
+    if not x.is_floating_point():
+        raise ValueError(
+            f"images must be a floating-point tensor, normalised as the backbone expects (e.g. "
+            f"torchvision's ToTensor then Normalize with the mean and std of "
+            f"timm.data.resolve_data_config({{}}, model=vit)), got dtype {x.dtype}"
+        )
+    embed = vit.patch_embed
+    channels = embed.proj.in_channels
+    expected = f"(batch, {channels}, {embed.img_size[0]}, {embed.img_size[1]})"
+    if x.dim() != 4 or x.shape[1] != channels:
+        raise ValueError(f"images must have shape {expected}, got {tuple(x.shape)}")
+    size = tuple(x.shape[-2:])
+    if getattr(embed, "strict_img_size", True) and size != tuple(embed.img_size):
+        raise ValueError(f"images must have shape {expected}, got {tuple(x.shape)}")
+    patch = tuple(embed.patch_size)
+    if not getattr(embed, "dynamic_img_pad", False) and (size[0] % patch[0] or size[1] % patch[1]):
+        raise ValueError(f"image height and width must be multiples of the patch size {patch}, got {size}")
+    return x.to(embed.proj.weight.dtype)
+
+
+def check_experience_images(vit: VisionTransformer, experience: Any) -> None:
+    """Refuse a training experience with no samples, or whose first image ``vit`` cannot take
+    (:func:`backbone_images`): called before a model changes any state for the experience."""
+    if len(experience.dataset) == 0:
+        raise ValueError(f"experience {experience.current_experience} has no samples")
+    backbone_images(vit, torch.as_tensor(experience.dataset[0][0]).unsqueeze(0))
+
+
+# --------------------------------------------------------------------------------------------------
+# One linear head per expert, over the classes of its experience.
+
+def check_classes(classes: Sequence[int]) -> None:
+    """Refuse an empty class list or negative class ids."""
+    if len(classes) == 0:
+        raise ValueError("classes must name at least one class, got an empty sequence")
+    if min(classes) < 0:
+        raise ValueError(f"classes must be non-negative class ids, got {sorted(classes)}")
+
+
+class ExpertHead(nn.Module):
+    """A linear head over the classes of one experience.
+
+    ``classes`` maps the head's outputs to the global class ids.
+    """
+
+    classes: Tensor
+
+    def __init__(self, in_features: int, classes: Sequence[int]) -> None:
+        super().__init__()
+        self.linear = nn.Linear(in_features, len(classes))
+        self.register_buffer("classes", torch.as_tensor(sorted(classes), dtype=torch.long))
+
+    def forward(self, features: Tensor) -> Tensor:
+        """Logits in the head's dtype (float32 beside a bfloat16 backbone: its features are cast up)."""
+        return self.linear(features.to(self.linear.weight.dtype))
+
+
+def gathered_head_logits(heads: nn.ModuleList, features: Tensor, experts: Tensor, num_classes: int,
+                         trained: Optional[int] = None) -> Tensor:
+    """Global-class logits (batch, num_classes) of each sample's expert's head on its ``features``, -inf
+    where that head has no class.
+
+    One padded batched matmul for every head at once (fixed shapes, no host sync): the heads are stacked,
+    padded to the largest class count, each sample's head gathered by its expert index; padded outputs
+    are written to a spare column that is dropped. ``trained``'s head is used live, so gradients reach it.
+    """
+    weight, bias, columns = stacked_heads(heads, trained)
+    features = features.to(weight.dtype)  # a bfloat16 backbone's, up to the heads' float32
+    outputs = torch.baddbmm(bias.index_select(0, experts).unsqueeze(2), weight.index_select(0, experts),
+                            features.unsqueeze(2)).squeeze(2)
+    columns = columns.index_select(0, experts)
+    columns = torch.where(columns < 0, num_classes, columns)  # padding -> the spare column
+    logits = features.new_full((features.shape[0], num_classes + 1), float("-inf"))
+    logits.scatter_(1, columns, outputs.to(logits.dtype))  # under autocast the heads may compute in another dtype
+    return logits[:, :num_classes].contiguous()
+
+
+def stacked_heads(heads: nn.ModuleList, trained: Optional[int] = None) -> tuple[Tensor, Tensor, Tensor]:
+    """Every head stacked and padded to the largest class count C: weights (E, C, features), biases (E, C)
+    and class ids (E, C), -1 where padded. Cached until a head changes; ``trained``'s slot is live."""
+    width = max(len(head.classes) for head in heads)
+    frozen = [head for index, head in enumerate(heads) if index != trained]
+    live_head = None if trained is None else heads[trained].linear
+    live = () if live_head is None else (trained, live_head.weight.dtype, live_head.weight.device)
+    key = source_key([t for head in frozen for t in (head.linear.weight, head.linear.bias, head.classes)],
+                     len(heads), *live)
+    weight, bias, columns = cached_stacks(heads, key, lambda: (
+        torch.stack([pad_dim(head.linear.weight, 0, width) for head in heads]),
+        torch.stack([pad_dim(head.linear.bias, 0, width) for head in heads]),
+        torch.stack([pad_dim(head.classes + 1, 0, width) - 1 for head in heads])))
+    if live_head is None:
+        return weight, bias, columns
+    return (with_live_slot(weight, trained, pad_dim(live_head.weight, 0, width)),
+            with_live_slot(bias, trained, pad_dim(live_head.bias, 0, width)), columns)
+
+
+# --------------------------------------------------------------------------------------------------
+# The experts of a routed model, their heads and their records, with an explicit life cycle.
+#
+# An expert is one module per *slot* (CoLoR: a :class:`~avalanche_color.lora.QVLoRA` in
+# every block's qkv layer; S-Prompts: its prompt tokens) plus a linear head. The slots live where the
+# model computes with them (inside the backbone, for LoRA), so the bank refers to them without
+# owning them; it owns the heads and, per expert, where it comes from (training experience, task
+# label) and whether its experience is over.
+#
+# Life cycle: :meth:`ExpertBank.start_expert` adds an expert, which becomes the one that trains;
+# :meth:`ExpertBank.finish_expert` ends it. Which expert trains is set in one place,
+# :meth:`ExpertBank.set_trainable`, which also sets ``requires_grad``: nothing reads ``requires_grad``
+# back to decide anything (a user's ``model.requires_grad_(True)`` changes no computation).
+
+class ExpertKind(Protocol):
+    """What an expert is, for a routed model: the slots its modules go in (one module per slot) and how
+    a new one is made, with the expert's settings (CoLoR's rank, S-Prompts' prompt length) held here."""
+
+    slots: Sequence[nn.ModuleList]
+
+    def new_expert_modules(self) -> list[nn.Module]:
+        """The modules of one new expert, one per slot, on the slots' device, not yet added."""
+        ...
+
+
+class ExpertBank(nn.Module):
+    """Every expert's modules (in ``slots``) and head, its origin, and which expert trains.
+
+    Args:
+        slots: the lists to which each expert adds one module, registered where they live.
+    """
+
+    experiences: Tensor
+    tasks: Tensor
+    finished: Tensor
+
+    def __init__(self, slots: Sequence[nn.ModuleList]) -> None:
+        super().__init__()
+        self.slots = list(slots)  # a plain list: the slots are submodules of the model, not of the bank
+        self.heads = nn.ModuleList()
+        # Where each expert comes from: its training experience and task label (an experience
+        # with several task labels records its smallest).
+        self.register_buffer("experiences", torch.empty(0, dtype=torch.long))
+        self.register_buffer("tasks", torch.empty(0, dtype=torch.long))
+        # Whether each expert's experience is over (its router fitted for good).
+        self.register_buffer("finished", torch.empty(0, dtype=torch.bool))
+        self.trainable: Optional[int] = None  # the expert that trains: set only by set_trainable
+
+    def __len__(self) -> int:
+        return len(self.heads)
+
+    def start_expert(self, modules: Sequence[nn.Module], head: ExpertHead, experience: int = -1,
+                     task: int = 0) -> int:
+        """Add an expert (one module per slot, and its head); it becomes the one that trains.
+
+        Returns:
+            the new expert's index.
+        """
+        for slot, module in zip(self.slots, modules, strict=True):
+            slot.append(module)
+        self.heads.append(head)
+        new = self.experiences.new_tensor
+        self.experiences = torch.cat((self.experiences, new([experience])))
+        self.tasks = torch.cat((self.tasks, new([task])))
+        self.finished = torch.cat((self.finished, self.finished.new_zeros(1)))
+        self.set_trainable(len(self) - 1)
+        return len(self) - 1
+
+    def finish_expert(self, expert: int) -> None:
+        """End ``expert``'s experience: it never trains again (training on it again adds a further expert)."""
+        self.finished[expert] = True
+        if self.trainable == expert:
+            self.set_trainable(None)
+
+    def set_trainable(self, expert: Optional[int]) -> None:
+        """Make ``expert`` the one that trains (None: none does), its parameters the only ones with
+        ``requires_grad``; every other expert's parameters are frozen and lose stale gradients."""
+        if expert is not None and not 0 <= expert < len(self):
+            raise ValueError(f"expert must be None or an index in [0, {len(self)}), got {expert!r}")
+        for index in range(len(self)):
+            for parameter in self.expert_parameters(index):
+                parameter.requires_grad_(index == expert)
+                if index != expert:
+                    parameter.grad = None
+        self.trainable = expert
+
+    def newest_unfinished(self) -> Optional[int]:
+        """The newest expert if its experience is not over (the one that trains after loading), else None."""
+        newest = len(self) - 1
+        return newest if newest >= 0 and not bool(self.finished[newest]) else None
+
+    def current_expert(self, experience: int) -> Optional[int]:
+        """The newest expert if it belongs to ``experience`` and is not finished (a run resumed inside it)."""
+        newest = self.newest_unfinished()
+        return newest if newest is not None and int(self.experiences[newest]) == experience else None
+
+    def expert_modules(self, expert: int) -> Iterator[nn.Module]:
+        """The modules that hold ``expert``'s own parameters, its head excluded."""
+        for slot in self.slots:
+            yield slot[expert]
+
+    def expert_parameters(self, expert: int) -> Iterator[nn.Parameter]:
+        """The parameters of one expert: its own modules' and its head's (what its optimiser takes)."""
+        for module in self.expert_modules(expert):
+            yield from module.parameters()
+        yield from self.heads[expert].parameters()
+
+    def check_distinct_task(self, task: int, experience: int) -> None:
+        """Oracle routing finds an expert by task label: refuse a label another experience already has."""
+        for other_experience, other_task in zip(self.experiences.tolist(), self.tasks.tolist()):
+            if other_task == task and other_experience != experience:
+                raise ValueError(
+                    f"router='oracle' routes by task label, so every experience needs its own: experience "
+                    f"{experience} has task label {task}, like experience {other_experience}. Use a "
+                    f"task-incremental stream (e.g. task_incremental_benchmark, or nc_benchmark(..., "
+                    f"task_labels=True)), or another router (router='prototypes': CoLoR)"
+                )
+
+
+# --------------------------------------------------------------------------------------------------
+# Prediction with given experts: one expert for the batch, or one per sample by one of two kernels.
+#
+# A batch that mixes experts is computed either
+#
+# * ``"segments"``: sorted by expert, so that each expert acts on a contiguous run of samples (a
+#   few matmuls per expert and layer, the fastest on a CPU); the runs' bounds need one host sync;
+# * ``"gathered"``: unsorted, each sample's expert factors and head gathered by its index (a fixed
+#   number of kernels whatever the number of experts, fixed shapes, no host sync: for GPUs).
+#
+# ``"auto"`` takes the gathered kernel on CUDA and the segments elsewhere.
+
+# features(x, experts, trained) -> (batch, num_features): a routed model's backbone pass with experts.
+Features = Callable[[Tensor, ExpertSelection, Optional[int]], Tensor]
+MixedKernel = Literal["auto", "segments", "gathered"]
+MIXED_KERNELS: tuple[str, ...] = get_args(MixedKernel)
+
+
+def check_experts(experts: Union[int, Tensor], batch_size: int, num_experts: int,
+                  device: torch.device) -> Union[int, Tensor]:
+    """Refuse ``experts`` that are not one index or one per sample of the model's ``num_experts``
+    (one host sync for a tensor: its smallest and largest index)."""
+    allowed = f"an index in [0, {num_experts}) or a ({batch_size},) integer tensor of them"
+    if isinstance(experts, Tensor):
+        if experts.shape != (batch_size,) or experts.is_floating_point() or experts.is_complex():
+            raise ValueError(f"experts must be {allowed}, got a {experts.dtype} tensor of shape "
+                             f"{tuple(experts.shape)}")
+        if batch_size:
+            low, high = torch.stack((experts.min(), experts.max())).tolist()
+            if not (0 <= low and high < num_experts):
+                raise ValueError(f"experts must be {allowed}, got indices {sorted(set(experts.tolist()))}")
+        return experts.to(device, torch.long)
+    if isinstance(experts, bool) or not isinstance(experts, int) or not 0 <= experts < num_experts:
+        raise ValueError(f"experts must be {allowed}, got {experts!r}")
+    return experts
+
+
+def check_mixed_kernel(kernel: str) -> None:
+    """Refuse a kernel name other than those of :data:`MixedKernel`."""
+    if kernel not in MIXED_KERNELS:
+        raise ValueError(f"mixed_kernel must be one of {', '.join(map(repr, MIXED_KERNELS))}, got {kernel!r}")
+
+
+def gathers(kernel: MixedKernel, device: torch.device) -> bool:
+    """Whether a mixed batch on ``device`` takes the gathered kernel (``"auto"``: on CUDA)."""
+    check_mixed_kernel(kernel)
+    return kernel == "gathered" or (kernel == "auto" and device.type == "cuda")
+
+
+def predict(features: Features, heads: nn.ModuleList, num_classes: int, x: Tensor,
+            experts: Union[int, Tensor], trained: Optional[int], kernel: MixedKernel = "segments") -> Tensor:
+    """Global-class logits of ``experts`` (one index for the batch, or one per sample) on ``x``: each
+    expert's head on its classes, -inf elsewhere.
+
+    ``trained``: the expert that trains (see ``features``). ``kernel``: how a per-sample tensor of
+    experts is computed (see the module docstring); ``"gathered"`` needs a ``features`` that takes a
+    (batch,) tensor of experts. One index for the batch always takes the single-expert path.
+    """
+    if isinstance(experts, Tensor) and gathers(kernel, x.device):
+        return gathered_head_logits(heads, features(x, experts, trained), experts, num_classes, trained)
+    if isinstance(experts, int):
+        return _single_expert_logits(features, heads, num_classes, x, experts, trained)
+    return _segment_logits(features, heads, num_classes, x, experts, trained)
+
+
+def _single_expert_logits(features: Features, heads: nn.ModuleList, num_classes: int, x: Tensor, expert: int,
+                          trained: Optional[int]) -> Tensor:
+    pooled = features(x, expert, trained)
+    return _head_logits(heads, pooled, [(expert, slice(None))], num_classes)
+
+
+def _segment_logits(features: Features, heads: nn.ModuleList, num_classes: int, x: Tensor, experts: Tensor,
+                    trained: Optional[int]) -> Tensor:
+    """The batch sorted by expert, each expert on its run of samples, put back in order at the end;
+    a batch of one expert takes the single-expert path. One host sync: the runs' experts and bounds."""
+    order = experts.argsort(stable=True)
+    ids, counts = torch.unique_consecutive(experts[order], return_counts=True)
+    layout = torch.cat((ids, counts)).tolist()  # the one host sync
+    run_experts, run_lengths = layout[: len(ids)], layout[len(ids) :]
+    if len(run_experts) == 1:
+        return _single_expert_logits(features, heads, num_classes, x, run_experts[0], trained)
+    bounds = [0, *accumulate(run_lengths)]
+    segments: Segments = [(e, slice(a, b)) for e, a, b in zip(run_experts, bounds, bounds[1:])]
+    logits = _head_logits(heads, features(x[order], segments, trained), segments, num_classes)
+    unsorted = torch.empty_like(logits)
+    unsorted[order] = logits
+    return unsorted
+
+
+def _head_logits(heads: nn.ModuleList, pooled: Tensor, segments: Segments, num_classes: int) -> Tensor:
+    """Each expert's head on its run of ``pooled``, written to its classes; -inf elsewhere. The logits are in
+    the heads' dtype (float32 beside a bfloat16 backbone, see :func:`~avalanche_color.lora.trained_dtype`)."""
+    logits = pooled.new_full((pooled.shape[0], num_classes), float("-inf"), dtype=trained_dtype(pooled.dtype))
+    for expert, run in segments:
+        head = heads[expert]
+        logits[run, head.classes] = head(pooled[run]).to(logits.dtype)  # under autocast the head may differ
+    return logits
+
+
+# --------------------------------------------------------------------------------------------------
+# A memo of unchanged evaluation work, reused across repeated evaluations.
+#
+# Between two evaluations of a continual run, the routing features of a test image
+# do not change (the backbone is frozen, and so is the first expert once its
+# experience is over), and neither do the outputs of frozen experts. The memo
+# keys both by the image's bytes, so it is exact whatever the data pipeline does:
+# an image that comes back changed (random eval transforms) is a miss, never a
+# wrong answer. The model decides what may be stored (only what a frozen part
+# computed); the memo only looks up and stores.
+#
+# The memo lives in host memory (the model's device keeps its memory for the model), within
+# a bound the strategy sets (``cache_evaluation_bytes``). Per batch it costs two host syncs
+# whatever the batch size and the number of experts: the images' keys, and the routed experts
+# (one ``tolist``); the rows found come back to the device in one copy, the rows computed go to
+# the host in one copy.
+
+def image_keys(x: Tensor) -> list[bytes]:
+    """One content key per image of the batch.
+
+    On the CPU, a BLAKE2b hash of the image's bytes. On an accelerator the batch is not
+    copied to the host: a 128-bit hash is computed on the device (:func:`device_digests`)
+    and only those 16 bytes per image are copied. That copy still waits for the device,
+    as any key that a Python dict can look up must; it no longer moves the images.
+    """
+    if x.device.type != "cpu":
+        return [row.tobytes() for row in device_digests(x).cpu().numpy()]
+    flat = x.detach().contiguous().view(x.shape[0], -1)
+    return [hashlib.blake2b(row.numpy().tobytes(), digest_size=16).digest() for row in flat]
+
+
+_MIX = (0x9E3779B97F4A7C15 - (1 << 64), 0xBF58476D1CE4E5B9 - (1 << 64), 0x94D049BB133111EB - (1 << 64))
+
+
+def device_digests(x: Tensor) -> Tensor:
+    """(batch, 2) int64: two 64-bit hashes of each image's bytes, computed where ``x`` lives.
+
+    Every 4-byte word is mixed with its position (a splitmix64-style finaliser, so that
+    flipping any bit changes about half the bits of its term) and the terms are summed;
+    the two hashes use different position offsets.
+    """
+    raw = x.detach().contiguous().view(x.shape[0], -1)
+    if raw.element_size() != 4 or raw.shape[1] * raw.element_size() % 4:
+        raw = raw.view(torch.uint8).view(x.shape[0], -1)
+        raw = torch.nn.functional.pad(raw, (0, -raw.shape[1] % 4)).view(torch.int32)
+    words = raw.view(torch.int32).to(torch.int64)
+    positions = torch.arange(words.shape[1], device=x.device, dtype=torch.int64)
+    return torch.stack([_mix(words + (positions + 1) * _MIX[0]).sum(1),
+                        _mix(words ^ ((positions + 7) * _MIX[2])).sum(1)], dim=1)
+
+
+def _mix(z: Tensor) -> Tensor:
+    z = (z ^ (z >> 30)) * _MIX[1]
+    z = (z ^ (z >> 27)) * _MIX[2]
+    return z ^ (z >> 31)
+
+
+class EvalCache:
+    """Routing features per image, and frozen experts' logits per (image, expert), within a memory bound.
+
+    Args:
+        max_bytes: the most host memory the stored tensors take, half for the routing features and
+            half for the logits; past it the oldest entries go first (default 1 GiB: the routing
+            features of about 170,000 images of a ViT-B/16).
+    """
+
+    def __init__(self, max_bytes: int = 2**30) -> None:
+        if not (isinstance(max_bytes, int) and max_bytes > 0):
+            raise ValueError(f"max_bytes must be a positive integer, got {max_bytes!r}")
+        self.max_bytes = max_bytes
+        self.features: dict[bytes, Tensor] = {}
+        self.logits: dict[tuple[bytes, int], Tensor] = {}
+        self._bytes = {"features": 0, "logits": 0}
+        self.hits = 0
+        self.misses = 0
+
+    def clear(self) -> None:
+        self.features.clear()
+        self.logits.clear()
+        self._bytes = {"features": 0, "logits": 0}
+
+    def routing_features(self, x: Tensor, keys: list[bytes], compute: Callable[[Tensor], Tensor]) -> Tensor:
+        """``compute(x)``, with the rows of images seen before taken from the memo."""
+        found = [row for row, key in enumerate(keys) if key in self.features]
+        missing = [row for row, key in enumerate(keys) if key not in self.features]
+        self._count(len(found), len(keys))
+        if not missing:
+            return _to_device(torch.stack([self.features[keys[row]] for row in found]), x.device)
+        computed = compute(x[_rows(missing, x.device)])
+        self._store_rows("features", [keys[row] for row in missing], computed)
+        if not found:
+            return computed
+        features = computed.new_empty((len(keys), *computed.shape[1:]))
+        features[_rows(missing, x.device)] = computed
+        features[_rows(found, x.device)] = _to_device(torch.stack([self.features[keys[row]] for row in found]),
+                                                      x.device).to(computed.dtype)
+        return features
+
+    def predict(self, x: Tensor, keys: list[bytes], experts: Tensor, num_classes: int,
+                compute: Callable[[Tensor, Tensor], Tensor], is_frozen: Callable[[int], bool]) -> Tensor:
+        """``compute(x, experts)`` (global-class logits), reusing the rows of frozen experts seen before."""
+        expert_ids = experts.tolist()  # one host sync for the batch, not one per sample
+        logits = x.new_full((len(keys), num_classes), float("-inf"))
+        found, missing = [], []
+        for row, (key, expert) in enumerate(zip(keys, expert_ids)):
+            (found if (key, expert) in self.logits else missing).append(row)
+        self._count(len(found), len(keys))
+        if found:  # stored when fewer classes were known: those columns stay -inf
+            stored = [self.logits[(keys[row], expert_ids[row])] for row in found]
+            width = max(len(values) for values in stored)
+            block = torch.full((len(found), width), float("-inf"), dtype=stored[0].dtype)
+            for index, values in enumerate(stored):
+                block[index, : len(values)] = values
+            logits[_rows(found, x.device), :width] = _to_device(block, x.device).to(logits.dtype)
+        if missing:
+            rows = _rows(missing, x.device)
+            logits[rows] = computed = compute(x[rows], experts[rows])
+            frozen = [index for index, row in enumerate(missing) if is_frozen(expert_ids[row])]
+            if frozen:
+                self._store_rows("logits", [(keys[missing[i]], expert_ids[missing[i]]) for i in frozen],
+                                 computed[_rows(frozen, computed.device)])
+        return logits
+
+    def _store_rows(self, memo_name: str, keys: list[Any], values: Tensor) -> None:
+        """Keep each row of ``values`` under its key, in host memory (one copy from the device for all rows)."""
+        for key, row in zip(keys, values.detach().to("cpu")):  # _store gives each row its own memory
+            self._store(memo_name, key, row)
+
+    def _store(self, memo_name: str, key: Any, values: Tensor) -> None:
+        """Keep ``values`` under ``key``; the oldest entries of that memo go while it is over its half."""
+        memo: dict[Any, Tensor] = getattr(self, memo_name)
+        if key in memo:
+            self._bytes[memo_name] -= _size(memo.pop(key))
+        memo[key] = values = values.clone()  # its own (host) memory: a row view would keep its whole batch
+        self._bytes[memo_name] += _size(values)
+        while self._bytes[memo_name] > self.max_bytes // 2 and len(memo) > 1:
+            self._bytes[memo_name] -= _size(memo.pop(next(iter(memo))))
+
+    def _count(self, hits: int, total: int) -> None:
+        self.hits += hits
+        self.misses += total - hits
+
+
+def _size(values: Tensor) -> int:
+    return values.numel() * values.element_size()
+
+
+def _rows(rows: list[int], device: torch.device) -> Tensor:
+    return torch.tensor(rows, dtype=torch.long).to(device, non_blocking=True)
+
+
+def _to_device(values: Tensor, device: torch.device) -> Tensor:
+    """Host rows to ``device`` in one copy (page-locked first on CUDA, so the copy does not block the host)."""
+    if device.type == "cuda":
+        values = values.pin_memory()
+    return values.to(device, non_blocking=device.type == "cuda")
+
+
+# --------------------------------------------------------------------------------------------------
+# The model.
 
 Model = TypeVar("Model", bound="RoutedExpertViT")
 
 
-class RoutedExpertViT(ExpertRouting, MultiTaskModule):
+class RoutedExpertViT(MultiTaskModule):
     """Base of the routed expert models: a frozen ViT, an expert bank, a router.
 
     ``model(x, task_labels=None, experts=None)`` gives global-class logits (classes the chosen
@@ -49,7 +561,7 @@ class RoutedExpertViT(ExpertRouting, MultiTaskModule):
       is finished: call ``model.eval()``);
     * eval mode: each sample's routed expert, kept in :attr:`routed_experts`.
 
-    Subclasses give ``__init__`` their :class:`~avalanche_color.experts.bank.ExpertKind` (the slots and
+    Subclasses give ``__init__`` their :class:`ExpertKind` (the slots and
     how a new expert is made), implement :meth:`features`, and set ``options_class`` and
     ``expert_shape_options`` (the options that decide the experts' shapes).
 
@@ -62,7 +574,7 @@ class RoutedExpertViT(ExpertRouting, MultiTaskModule):
 
     options_class: ClassVar[type[RoutingOptions]] = RoutingOptions
     expert_shape_options: ClassVar[tuple[str, ...]] = ()
-    # How a batch that mixes experts is computed (experts.prediction): "gathered" and "auto" (gathered on
+    # How a batch that mixes experts is computed (see predict): "gathered" and "auto" (gathered on
     # CUDA) need a features() that takes one expert per sample as a tensor; set it to force a kernel.
     mixed_kernel: MixedKernel = "segments"
     routed_experts: Optional[Tensor]
@@ -94,7 +606,7 @@ class RoutedExpertViT(ExpertRouting, MultiTaskModule):
 
     def features(self, x: Tensor, experts: ExpertSelection = None, trained: Optional[int] = None) -> Tensor:
         """The pooled features (batch, num_features) with ``experts``: None, one index, or ``Segments``
-        (:mod:`avalanche_color.lora.segments`) of a batch sorted by expert. ``trained``: the expert
+        (:data:`~avalanche_color.lora.Segments`) of a batch sorted by expert. ``trained``: the expert
         that trains, computed so that gradients reach it (the others are computed frozen)."""
         raise NotImplementedError
 
@@ -146,14 +658,38 @@ class RoutedExpertViT(ExpertRouting, MultiTaskModule):
         return sum(p.numel() for p in self.expert_parameters(experience))
 
     def adaptation(self, experience: Any) -> None:
-        """Avalanche's hook before each experience: a new expert for each training experience
-        (see :func:`~avalanche_color.experts.adaptation.adapt_to_experience`)."""
-        adapt_to_experience(self, experience)
+        """Avalanche's hook, called before training on an experience and before evaluating one: the model
+        records the classes it has seen (its output width) and, for a training experience (in train mode),
+        starts a new expert, or continues the unfinished one of the same experience.
+
+        Training on an experience again (a revisit) adds a further expert; only an unfinished
+        expert of the same experience (a run resumed inside it, or the next chunk of an online
+        stream with task boundaries) is continued. With ``router="oracle"`` an experience must
+        have one task label, which no other experience has.
+        """
+        classes, tasks = experience_classes(experience), experience_task_labels(experience)
+        if classes:  # MultiTaskModule's bookkeeping, for experiences of any generator
+            self.max_class_label = max(self.max_class_label, classes[-1] + 1)
+        if not self.training:
+            return
+        refuse_chunks_without_boundaries(experience, type(self).__name__)
+        self.known_train_tasks_labels = self.known_train_tasks_labels | set(tasks)
+        experience_id = int(experience.current_experience)
+        if self.bank.current_expert(experience_id) is not None:
+            return
+        # Refuse unusable data before the expert exists, not at the first forward.
+        check_experience_images(self.backbone, experience)
+        if not self.router.uses_features:
+            if len(tasks) != 1:
+                raise ValueError(f"router='oracle' routes by task label, so experience {experience_id} must "
+                                 f"have one task label, got {tasks}")
+            self.bank.check_distinct_task(tasks[0], experience_id)
+        self.start_expert(classes, experience_id, tasks[0])
 
     def forward(self, x: Tensor, task_labels: Optional[Tensor] = None,
                 experts: Union[int, Tensor, None] = None) -> Tensor:
         """Global-class logits of images ``x`` (batch, channels, height, width): pick the experts (see the class
-        docstring), then :func:`~avalanche_color.experts.prediction.predict`. ``task_labels``: one per sample,
+        docstring), then :func:`predict`. ``task_labels``: one per sample,
         for the oracle; ``experts``: an index, or one per sample."""
         self.routed_experts = None
         if experts is not None:
@@ -182,9 +718,53 @@ class RoutedExpertViT(ExpertRouting, MultiTaskModule):
 
     def predict(self, x: Tensor, experts: Union[int, Tensor]) -> Tensor:
         """Logits of the given experts: one index for the batch, or one per sample (a mixed batch is
-        computed by ``mixed_kernel``, see :mod:`~avalanche_color.experts.prediction`)."""
+        computed by ``mixed_kernel``, see the function :func:`predict`)."""
         return predict(self.features, self.bank.heads, self.num_classes, x, experts, self.bank.trainable,
                        self.mixed_kernel)
+
+    # How the model picks each sample's expert: routing features, the router, the evaluation cache.
+    def routing_features(self, x: Tensor) -> Tensor:
+        """The features the router is fitted on and routes by: the backbone's, or with the first expert."""
+        if self.config.routing_features == "first_expert":
+            if not self.num_experts:
+                raise RuntimeError("routing_features='first_expert' needs a trained first expert")
+            features = self.features(x, 0, trained=self.bank.trainable)
+        else:
+            features = self.features(x)
+        return nn.functional.normalize(features, dim=-1) if self.config.normalize_features else features
+
+    def routing_features_frozen(self) -> bool:
+        """Whether routing features stay the same for the rest of the run."""
+        return self.config.routing_features == "backbone" or bool(self.num_experts and self.bank.finished[0])
+
+    def route(self, x: Tensor, task_labels: Optional[Tensor] = None, keys: Optional[list[bytes]] = None) -> Tensor:
+        """The expert index of each sample, chosen by the router. ``keys`` (the images' content hashes)
+        let the evaluation cache supply routing features it computed before, while they are frozen."""
+        if task_labels is not None:
+            task_labels = torch.as_tensor(task_labels, device=x.device).expand(x.shape[0])
+        features = None
+        if self.router.uses_features:
+            if keys is not None and self.eval_cache is not None and self.routing_features_frozen():
+                features = self.eval_cache.routing_features(x, keys, self.routing_features)
+            else:
+                features = self.routing_features(x)
+        return self.router(features, task_labels, self.bank.tasks)
+
+    def route_and_predict(self, x: Tensor, task_labels: Optional[Tensor] = None) -> tuple[Tensor, Optional[Tensor]]:
+        """The routed prediction of an eval-mode ``model(x)``, in either mode: the logits and each sample's
+        expert (None while there is no expert). With ``cache_evaluation=True``, routing features and finished
+        experts' logits of images seen before are reused: the same values, computed without gradients."""
+        if not self.num_experts:
+            return x.new_zeros(x.shape[0], self.num_classes), None
+        if self.eval_cache is None:
+            experts = self.route(x, task_labels)
+            return self.predict(x, experts), experts
+        with torch.no_grad():
+            keys = image_keys(x)
+            experts = self.route(x, task_labels, keys)
+            finished = host_value(self.bank, "finished", self.bank.finished, lambda tensor: tensor.tolist())
+            return self.eval_cache.predict(x, keys, experts, self.num_classes, self.predict,
+                                           lambda expert: finished[expert]), experts
 
     def train(self, mode: bool = True) -> "RoutedExpertViT":
         super().train(mode)
@@ -206,7 +786,7 @@ class RoutedExpertViT(ExpertRouting, MultiTaskModule):
 
     def save_pretrained(self, folder: PathLike) -> Path:
         """Write the experts (safetensors) and a JSON config to ``folder``, to share without the backbone
-        (:mod:`avalanche_color.experts.pretrained`; :meth:`from_pretrained` loads it)."""
+        (:mod:`avalanche_color.experts.saved`; :meth:`from_pretrained` loads it)."""
         return save_pretrained(self, folder)
 
     @classmethod

@@ -1,1 +1,1 @@
-"""Which expert answers a sample: the Router interface (router.py) and its routers (prototypes, class routers, oracle), k-means prototypes, the evaluation cache."""
+"""Which expert answers a sample: the routers behind one interface (routers.py: prototypes, oracle, class routers) over the closed-form classifiers the class routers fit (classifiers.py)."""

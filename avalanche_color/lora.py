@@ -1,10 +1,11 @@
-"""Rank-r LoRA experts on the query and value parts of a fused qkv projection.
+"""Rank-r LoRA experts on the query and value parts of a fused qkv projection: the layer, its kernels,
+and timm's ViT forward with the experts passed to every qkv layer as an argument.
 
 One :class:`QKVExperts` replaces one ``attn.qkv`` of a timm ViT. It keeps the
 original linear layer as ``base_layer`` (frozen, shared by every expert) and a
 list of :class:`QVLoRA` experts. The experts of a forward are its argument,
 ``layer(x, experts)``: none, one for the whole batch, or one per contiguous run of
-samples (a batch sorted by expert, see :mod:`avalanche_color.lora.segments`).
+samples (a batch sorted by expert, see :data:`Segments`).
 
 Two ways to compute an expert, chosen by the caller (``trained``: the expert that trains),
 never by ``requires_grad`` or the grad mode:
@@ -20,31 +21,63 @@ never by ``requires_grad`` or the grad mode:
   place on its run of samples.
 
 A mixed batch can also come unsorted, as one expert index per sample (a tensor): then every
-expert's A and B are stacked (cached, :mod:`avalanche_color.lora.stacked`), each sample's factors
+expert's A and B are stacked (cached, :func:`cached_stacks`), each sample's factors
 gathered by its index and applied with two batched matmuls. Its kernels do not grow with the
 number of experts, its shapes are fixed and it needs no host sync (for GPUs, CUDA graphs and
 ``torch.compile``); on a CPU the runs of a sorted batch are faster.
 
-The experts are float32 on a bfloat16 or float16 backbone (:mod:`avalanche_color.lora.dtypes`), so that
+The experts are float32 on a bfloat16 or float16 backbone (:func:`trained_dtype`), so that
 SGD's small updates are kept; every kernel casts their factors to the tokens' dtype (or autocast's) when
 it uses them, as autocast casts a linear layer's weight: on a float32 backbone nothing is cast.
+
+From top to bottom: the dtypes and the expert selection of a forward; the experts (:class:`QVLoRA`,
+:class:`QKVExperts`, :class:`QVExpertKind`); the low-rank kernels; the stacks of the gathered kernel;
+timm's ViT forward with the experts as an argument (:func:`expert_tokens`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Optional
+from collections.abc import Callable, Sequence
+from typing import Optional, Union
+from weakref import WeakKeyDictionary
 
 import torch
+from timm.models.vision_transformer import Attention, Block, VisionTransformer
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
-from avalanche_color.lora.dtypes import trained_dtype
-from avalanche_color.lora.qv_low_rank import QVLowRankLinear, _add_qv_update_
-from avalanche_color.lora.segments import ExpertSelection
-from avalanche_color.lora.stacked import cached_stacks, pad_dim, source_key, with_live_slot
+# --------------------------------------------------------------------------------------------------
+# The dtype trained weights are kept in beside a frozen backbone, and the dtype they compute in.
+#
+# A trained weight (a LoRA factor, a head) is kept in float32, or in the backbone's dtype when that is
+# wider (float64): kept in bfloat16, an SGD update smaller than 2⁻⁸ of the weight would be rounded away
+# (one step at lr 1e-3 changes no LoRA entry). It computes in the dtype of the activations it meets
+# (a bfloat16 backbone's, or autocast's), cast at each forward as autocast casts a linear layer's weight:
+# the cast is of the small factors, not of the tokens, and its backward hands the gradient to the
+# float32 weight. On a float32 backbone without autocast every cast is the tensor itself.
+
+def trained_dtype(backbone_dtype: torch.dtype) -> torch.dtype:
+    """The dtype of weights trained beside a backbone of ``backbone_dtype``: float32, or the backbone's if wider."""
+    return torch.promote_types(backbone_dtype, torch.float32)
 
 
+# --------------------------------------------------------------------------------------------------
+# A mixed batch sorted by expert: one contiguous run of samples per expert.
+#
+# Routing sends each sample of a batch to its own expert. Sorting the batch by
+# expert turns that into a few contiguous runs, so every layer computes one
+# expert per run on a slice of the batch (no gather or scatter per layer).
+
+# (expert, run of samples) pairs covering a batch sorted by expert, in batch order.
+Segments = list[tuple[int, slice]]
+# What a forward computes with: None (the bare backbone), one expert, runs of a sorted batch, or a
+# (batch,) tensor of one expert per sample in any order (for kernels that gather each sample's expert).
+ExpertSelection = Optional[Union[int, Segments, Tensor]]
+
+
+# --------------------------------------------------------------------------------------------------
+# The experts: one QVLoRA per layer and expert, in the QKVExperts that replaces the layer.
 class QVLoRA(nn.Module):
     """One expert's low-rank updates of the query and value projections.
 
@@ -101,7 +134,7 @@ class QKVExperts(nn.Module):
 
     def new_expert(self, rank: int, alpha: float) -> QVLoRA:
         """A new expert for this layer (on its device), not yet added: float32 on a bfloat16 or float16 layer
-        (see :mod:`avalanche_color.lora.dtypes`), else in the layer's dtype."""
+        (see :func:`trained_dtype`), else in the layer's dtype."""
         weight = self.base_layer.weight
         return QVLoRA(self.in_features, self.head_width, rank, alpha).to(device=weight.device,
                                                                         dtype=trained_dtype(weight.dtype))
@@ -202,7 +235,7 @@ class QKVExperts(nn.Module):
         """``base(x)`` plus ``expert``'s q and v updates, differentiable (see :class:`QVLowRankLinear`)."""
         weight, bias = self.base_layer.weight, self.base_layer.bias
         device_type = x.device.type
-        # A and B are float32 (lora.dtypes); a custom Function gets one dtype: the tokens', or autocast's.
+        # A and B are float32 (see trained_dtype); a custom Function gets one dtype: the tokens', or autocast's.
         if torch.is_autocast_enabled(device_type):
             # Autocast does not reach inside a custom Function: cast as it would cast a
             # linear layer (everything to the autocast dtype), then compute in that dtype.
@@ -237,3 +270,165 @@ class QVExpertKind:
     def new_expert_modules(self) -> list[nn.Module]:
         """One new :class:`QVLoRA` per layer (B = 0: the new expert computes the backbone exactly)."""
         return [layer.new_expert(self.rank, self.alpha) for layer in self.layers]
+
+
+# --------------------------------------------------------------------------------------------------
+# The q and v low-rank update as kernels: added in place onto a fused qkv output (``_add_qv_update_``), and
+# ``linear`` plus that update with a backward that computes only what is needed (:class:`QVLowRankLinear`).
+
+def _add_qv_update_(out: Tensor, low: Tensor, B: Tensor, scaling: float) -> None:
+    """``out[:, q] += s low_q B_q^T`` and ``out[:, v] += s low_v B_v^T``, in place on 2-d ``out``."""
+    d, r = B.shape[1], B.shape[2]
+    out[:, :d].addmm_(low[:, :r], B[0].T, alpha=scaling)
+    out[:, 2 * d :].addmm_(low[:, r:], B[1].T, alpha=scaling)
+
+
+class QVLowRankLinear(torch.autograd.Function):
+    """``linear(x, W, b)`` plus the q and v LoRA updates, with a backward that does only what is needed.
+
+    Forward: the frozen matmul, then ``x A^T`` (both parts in one matmul) and one
+    thin matmul per part added in place onto the q and v columns of the output.
+    Backward, with ``g`` the output gradient and ``g_q``, ``g_v`` its q and v columns
+    (views): ``dlow = s [g_q B_q | g_v B_v]``, ``dx = g W + dlow A`` (one addmm),
+    ``dA = dlow^T x``, ``dB = s g^T low``; ``W`` and ``b`` get gradients only if
+    they require them (a frozen backbone's do not). Autograd through the plain
+    composition would instead multiply by the zero key block of a fused
+    ``[B_q 0; 0 0; 0 B_v]`` in both directions.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor, A: Tensor, B: Tensor, scaling: float) -> Tensor:
+        x2 = x.reshape(-1, x.shape[-1])
+        out = nn.functional.linear(x2, weight, bias)
+        low = x2 @ A.reshape(-1, A.shape[-1]).T
+        _add_qv_update_(out, low, B, scaling)
+        ctx.save_for_backward(x2, weight, A, B, low)
+        ctx.scaling = scaling
+        ctx.has_bias = bias is not None
+        return out.view(*x.shape[:-1], out.shape[-1])
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: Tensor):
+        x2, weight, A, B, low = ctx.saved_tensors
+        s = ctx.scaling
+        d, r = B.shape[1], B.shape[2]
+        g = grad.reshape(-1, grad.shape[-1])
+        g_q, g_v = g[:, :d], g[:, 2 * d :]
+        need_x, need_w, need_b, need_a, need_b_lora = ctx.needs_input_grad[:5]
+        dx = dw = db = da = dB = None
+        if need_x or need_a:
+            dlow = torch.cat((g_q @ B[0], g_v @ B[1]), dim=1).mul_(s)
+            A2 = A.reshape(2 * r, -1)
+            if need_x:
+                dx = torch.addmm(g @ weight, dlow, A2).view(*grad.shape[:-1], x2.shape[-1])
+            if need_a:
+                da = (dlow.T @ x2).view(A.shape)
+        if need_b_lora:
+            dB = torch.stack((g_q.T @ low[:, :r], g_v.T @ low[:, r:])).mul_(s)
+        if need_w:
+            dw = g.T @ x2
+        if need_b and ctx.has_bias:
+            db = g.sum(0)
+        return dx, dw, db, da, dB, None
+
+
+# --------------------------------------------------------------------------------------------------
+# Per-expert weights stacked on a first axis, for kernels that gather each sample's expert.
+#
+# A batch that mixes experts can be computed with fixed shapes and no host sync when every
+# expert's weights sit in one tensor: each sample's factors are gathered by its expert index.
+# Stacking copies the weights (one kernel per stack), so the stacks are cached and built again
+# only when a source tensor changes: written in place (its version counter moves), moved or cast
+# (its storage or dtype changes), or experts are added. The expert that trains changes at every
+# step: its slot is taken live from its parameters at each forward (:func:`with_live_slot`), so
+# gradients reach it and the cache need not follow it.
+
+# owner module -> (key of the sources the stacks were built from, the stacks). Weak: a deleted or
+# copied model never finds another's stacks.
+_STACKS: WeakKeyDictionary[nn.Module, tuple[tuple, tuple[Tensor, ...]]] = WeakKeyDictionary()
+
+SourceKey = tuple
+
+
+def source_key(tensors: Sequence[Tensor], *extra: object) -> SourceKey:
+    """What identifies the current values of ``tensors``: storage, version counter, dtype and device."""
+    return (*extra, *((t.data_ptr(), t._version, t.dtype, t.device) for t in tensors))
+
+
+def cached_stacks(owner: nn.Module, key: SourceKey, build: Callable[[], tuple[Tensor, ...]]) -> tuple[Tensor, ...]:
+    """``build()``'s tensors (built without gradients), built again only when ``key`` differs from last time."""
+    cached = _STACKS.get(owner)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    # Plain tensors even when first built under inference mode: a later forward with gradients may use them.
+    with torch.inference_mode(False), torch.no_grad():
+        stacks = build()
+    _STACKS[owner] = (key, stacks)
+    return stacks
+
+
+def with_live_slot(stack: Tensor, index: Optional[int], live: Tensor) -> Tensor:
+    """``stack`` with slot ``index`` replaced by ``live`` (differentiable in ``live``); ``stack`` itself if
+    ``index`` is None. Slices with Python ints: no index tensor, so nothing is copied from the host."""
+    if index is None:
+        return stack
+    return torch.cat((stack[:index], live.unsqueeze(0).to(stack.dtype), stack[index + 1 :]))
+
+
+def pad_dim(t: Tensor, dim: int, size: int) -> Tensor:
+    """``t`` zero-padded at the end of ``dim`` to ``size`` (zeros add exactly nothing to a product)."""
+    missing = size - t.shape[dim]
+    if missing == 0:
+        return t
+    pad = [0, 0] * (t.dim() - dim % t.dim() - 1) + [0, missing]
+    return nn.functional.pad(t, pad)
+
+
+# --------------------------------------------------------------------------------------------------
+# timm's ViT forward with the experts passed to every qkv layer as an argument.
+#
+# timm's ``Block`` and ``Attention`` call ``attn.qkv(x)`` with the tokens only, so the experts
+# of a forward could reach the LoRA layers only as state set beforehand. These functions
+# compute what ``VisionTransformer.forward_features`` computes for timm's ``Block`` and
+# ``Attention`` (timm 1.0), and call each block's
+# :class:`QKVExperts` as ``qkv(x, experts)``. The tests
+# check them bit-identical to timm's own forward without experts, and equal to a ViT with
+# an expert's update merged into its weights.
+
+def expert_tokens(vit: VisionTransformer, x: Tensor, experts: ExpertSelection,
+                  trained: Optional[int] = None) -> Tensor:
+    """The ViT's output tokens (after the final norm), every qkv layer computing with ``experts``
+    (``trained``: the expert that trains, see :meth:`QKVExperts.forward`)."""
+    tokens = vit.norm_pre(vit.patch_drop(vit._pos_embed(vit.patch_embed(x))))
+    for block in vit.blocks:
+        tokens = block_forward(block, tokens, experts, trained)
+    return vit.norm(tokens)
+
+
+def block_forward(block: Block, x: Tensor, experts: ExpertSelection, trained: Optional[int] = None) -> Tensor:
+    """timm's ``Block.forward`` (no attention mask), with ``experts`` given to the qkv layer."""
+    x = x + block.drop_path1(block.ls1(attention_forward(block.attn, block.norm1(x), experts, trained)))
+    return x + block.drop_path2(block.ls2(block.mlp(block.norm2(x))))
+
+
+def attention_forward(attn: Attention, x: Tensor, experts: ExpertSelection, trained: Optional[int] = None) -> Tensor:
+    """timm's ``Attention.forward`` (no attention mask), with ``experts`` given to the qkv layer."""
+    batch, tokens, _ = x.shape
+    gate = getattr(attn, "gate", None)  # timm >= 1.0.20: an optional sigmoid gate
+    gate = gate(x).sigmoid() if gate is not None else None
+    # Other qkv layers (the LoRA-sum peers') take only the per-forward argument: ``trained`` is CoLoR's.
+    projected = attn.qkv(x, experts) if trained is None else attn.qkv(x, experts, trained)
+    qkv = projected.reshape(batch, tokens, 3, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4)
+    q, k, v = qkv.unbind(0)
+    q, k = attn.q_norm(q), attn.k_norm(k)
+    if attn.fused_attn:
+        x = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, dropout_p=attn.attn_drop.p if attn.training else 0.0)
+    else:
+        weights = (q * attn.scale) @ k.transpose(-2, -1)
+        x = attn.attn_drop(weights.softmax(dim=-1)) @ v
+    x = attn.norm(x.transpose(1, 2).reshape(batch, tokens, attn.num_heads * attn.head_dim))  # no -1: an empty batch too
+    if gate is not None:
+        x = x * gate
+    return attn.proj_drop(attn.proj(x))

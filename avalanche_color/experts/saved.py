@@ -1,4 +1,14 @@
-"""A saved model folder checked before use: its ``config.json`` and tensor file those it was saved with.
+"""A routed expert model's learned state outside the model: the folder ``save_pretrained`` writes and
+``from_pretrained`` reads, checked before use, and what a stored state and a checkpoint record of the model.
+
+A trained routed expert model as a folder to share: ``experts.safetensors`` plus ``config.json``.
+The folder holds what :meth:`RoutedExpertViT.experts_state_dict` gives (experts, heads,
+prototypes, class-router state, class maps), never the backbone: ``config.json`` names the
+model class, its options, each expert's classes, the backbone's weights digest and the
+package version, and the size and SHA-256 of ``experts.safetensors`` (which holds a copy of the
+rest of ``config.json``). Loading refuses a changed, truncated or foreign file, and a
+``config.json`` edited since the save, a backbone with another digest, or options that change what
+the experts mean, naming every difference; a round trip predicts bit-identically.
 
 ``save_pretrained`` records each tensor file's size and SHA-256 in ``config.json`` (``"files"``),
 and writes a copy of ``config.json``'s content (all but ``"files"``) into the tensor file's
@@ -9,24 +19,102 @@ and only then parses the tensors: a file changed in place, truncated, or taken f
 save, and a ``config.json`` edited since the save (an option, an expert's entry dropped or its
 classes swapped) are refused, naming the folder, the file and what differs. Folders saved before
 the digests (or the copy) were recorded still load, with a warning that they cannot be verified.
+
+The LoRA-sum peers' saved folders and the training checkpoint use the
+same verified folder and the same records of the model.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import warnings
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any
-
-from avalanche_color.utils.files import PathLike, write_folder_atomically
+from typing import Any, TypeVar
 
 from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save_file
-from torch import Tensor
+from torch import Tensor, nn
 
+from avalanche_color.utils.files import PathLike, write_folder_atomically
+from avalanche_color.utils.state import tensors_digest
+from avalanche_color.version import __version__
+
+# --------------------------------------------------------------------------------------------------
+# What identifies a routed expert model's learned state, for the checkpoint and the saved folder.
+#
+# Both formats keep the experts without the backbone, so both record the model's settings,
+# a fingerprint of the frozen backbone and Avalanche's bookkeeping on the model.
+
+def model_settings(model: nn.Module) -> dict[str, Any]:
+    """The settings of a routed expert model that decide what its experts' weights mean."""
+    return {"model": type(model).__name__, **model.config.expert_settings()}
+
+
+def backbone_fingerprint(model: nn.Module) -> str:
+    """A digest of the frozen backbone: every non-expert tensor's name, shape, dtype and bytes.
+
+    Experts are only meaningful on the backbone they were trained on; the files
+    keep this digest instead of a copy of the backbone.
+    """
+    experts = set(model.experts_state_dict())
+    return tensors_digest((name, tensor) for name, tensor in model.state_dict().items() if name not in experts)
+
+
+def model_extras(model: nn.Module) -> dict[str, Any]:
+    """Avalanche's per-model bookkeeping that is not in the state_dict."""
+    extras: dict[str, Any] = {}
+    if hasattr(model, "max_class_label"):
+        extras["max_class_label"] = int(model.max_class_label)
+    if hasattr(model, "known_train_tasks_labels"):
+        extras["known_train_tasks_labels"] = sorted(int(t) for t in model.known_train_tasks_labels)
+    return extras
+
+
+def restore_model_extras(model: nn.Module, extras: dict[str, Any]) -> None:
+    """Put back what :func:`model_extras` recorded."""
+    if "max_class_label" in extras:
+        model.max_class_label = extras["max_class_label"]
+    if "known_train_tasks_labels" in extras:
+        model.known_train_tasks_labels = set(extras["known_train_tasks_labels"])
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading a stored state into a routed expert model: the expert shapes checked first.
+#
+# The state of a routed model is the backbone's (never saved), the experts' modules (in their
+# slots), the expert bank (heads and records, under ``bank.``) and the router (``router.``).
+
+def stored_expert_classes(state_dict: dict[str, Any], prefix: str) -> list[list[int]]:
+    """The classes of each expert a stored state holds (as many as its bank's records say)."""
+    experiences = state_dict.get(f"{prefix}bank.experiences")
+    count = 0 if experiences is None else len(experiences)
+    return [state_dict[f"{prefix}bank.heads.{index}.classes"].tolist() for index in range(count)]
+
+
+def check_stored_shapes(model: nn.Module, slots: Sequence[nn.ModuleList], new_modules: Sequence[nn.Module],
+                        state_dict: dict[str, Any], prefix: str, options: str) -> None:
+    """Refuse a stored state whose expert tensors have other shapes than ``model``'s experts,
+    naming the tensor and ``options`` (the options that decide the shapes)."""
+    names = {id(module): name for name, module in model.named_modules()}
+    for slot, module in zip(slots, new_modules, strict=True):
+        expected = {name: tuple(tensor.shape) for name, tensor in module.state_dict().items()}
+        slot_prefix = f"{prefix}{names[id(slot)]}."
+        for key, tensor in state_dict.items():
+            if not key.startswith(slot_prefix):
+                continue
+            name = key[len(slot_prefix):].partition(".")[2]  # the key inside one expert's module
+            if name in expected and tuple(tensor.shape) != expected[name]:
+                raise ValueError(f"state does not fit this model: {key[len(prefix):]} has shape "
+                                 f"{tuple(tensor.shape)}, this model's experts have {expected[name]} "
+                                 f"({options}); build the model with the options it was saved with")
+
+
+# --------------------------------------------------------------------------------------------------
+# A saved model folder checked before use: its ``config.json`` and tensor file those it was saved with.
 
 # The safetensors metadata key of the copy of config.json's content (without "files").
 CONFIG_COPY = "avalanche_color.config"
@@ -196,3 +284,74 @@ def _config_copy(data: bytes) -> Any:
         return None if copy is None else json.loads(copy)
     except (ValueError, AttributeError, UnicodeDecodeError):
         return None
+
+
+# --------------------------------------------------------------------------------------------------
+# The routed expert model's own folder: ``save_pretrained`` and ``from_pretrained``.
+
+FORMAT = "avalanche_color.pretrained"
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "experts.safetensors"
+# A routed expert model (routed_vit.RoutedExpertViT); named here only through what it has,
+# so that this module, which the model's save and load methods call, never imports the model.
+Model = TypeVar("Model", bound=nn.Module)
+
+
+def model_options(model_class: type[nn.Module], config: Any) -> dict[str, Any]:
+    """The model's own options (the fields of its options class), as JSON-ready values."""
+    names = model_class.options_class.names()  # type: ignore[attr-defined]
+    return {name: getattr(config, name) for name in names}
+
+
+def save_pretrained(model: nn.Module, folder: PathLike) -> Path:
+    """Write ``model``'s experts and ``config.json`` into ``folder``, atomically.
+
+    Both files are written into a new folder beside ``folder`` that then takes its name, so a
+    failure leaves no half-written save. ``folder`` may be new, empty or an earlier save;
+    a folder holding other files is refused.
+    """
+    config = {
+        "format": FORMAT,
+        "version": __version__,
+        "model": type(model).__name__,
+        "options": model_options(type(model), model.config),
+        "experts": [{"classes": head.classes.tolist(), "experience": int(experience), "task": int(task),
+                     "finished": bool(finished)}
+                    for head, experience, task, finished in zip(model.bank.heads, model.bank.experiences,
+                                                                  model.bank.tasks, model.bank.finished)],
+        "backbone": {"architecture": getattr(model.backbone, "pretrained_cfg", {}).get("architecture"),
+                     "digest": backbone_fingerprint(model)},
+        "model_extras": model_extras(model),
+    }
+    return write_saved_folder(folder, model.experts_state_dict(), config, tensors_file=WEIGHTS_FILE,
+                              config_file=CONFIG_FILE)
+
+
+def from_pretrained(model_class: type[Model], folder: PathLike, backbone: nn.Module, **options: Any) -> Model:
+    """A ``model_class`` on a copy of ``backbone`` with the experts of ``folder``, in eval mode.
+
+    ``options`` may change settings that do not decide what the experts mean (e.g.
+    ``cache_evaluation``); any other difference from the saved model is refused.
+    """
+    folder = Path(folder)
+    saved = read_saved_folder(folder, tensors_file=WEIGHTS_FILE, config_file=CONFIG_FILE, form=FORMAT,
+                              what="an avalanche_color saved model",
+                              keys=("model", "options", "backbone", "model_extras"),
+                              model_class=model_class.__name__)
+    weights = read_verified(folder, WEIGHTS_FILE, saved.get("files"))
+    check_config_unchanged(folder, CONFIG_FILE, saved, WEIGHTS_FILE, weights)
+    model = model_class(copy.deepcopy(backbone), **{**saved["options"], **options})
+    problems = []
+    expert_settings = model.config.expert_settings()
+    for name, value in sorted(options.items()):
+        if name in expert_settings and value != saved["options"].get(name):
+            problems.append(f"{name}: saved {saved['options'].get(name)!r}, given {value!r}")
+    digest = backbone_fingerprint(model)
+    if digest != saved["backbone"]["digest"]:
+        problems.append(f"backbone: the experts were trained on another backbone (weights digest "
+                        f"{saved['backbone']['digest'][:12]}, this backbone's {digest[:12]})")
+    if problems:
+        raise ValueError(f"{folder} does not fit: " + "; ".join(problems))
+    model.load_experts_state_dict(load_tensors(folder, WEIGHTS_FILE, weights))
+    restore_model_extras(model, saved["model_extras"])
+    return model.eval()

@@ -1,1 +1,0 @@
-"""LoRA experts on the query and value projections of a fused qkv layer."""
