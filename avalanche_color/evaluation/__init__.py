@@ -1,1 +1,2 @@
-"""Measuring and logging runs: the routing-accuracy metric and a W&B logger for current wandb."""
+"""Measuring and logging runs: routing accuracy and the accuracy matrix, a W&B logger for current wandb,
+and a progress bar per training experience."""

@@ -1,4 +1,4 @@
-"""A Weights & Biases logger for Avalanche 0.6.0 that works with current wandb.
+"""A Weights & Biases logger for Avalanche 0.6.0 that works with current wandb, and what it puts in a run.
 
 Avalanche 0.6.0's :class:`avalanche.logging.WandBLogger` was written against the wandb
 API of 2023. With current wandb (checked against 0.31.0) it breaks in two places:
@@ -25,31 +25,156 @@ step (``MetricValue.x_plot``, the strategy's training-iteration count), and
 
 Beyond Avalanche's logger, a run also holds the strategy's options in its config, the
 accuracy matrix (a table and a heatmap), forgetting, how test samples were routed, and a
-final results table; non-finite values are left out (see :class:`WandBLogger`).
+final results table; non-finite values are left out (see :class:`WandBLogger`). The functions
+before the logger make those values: each metric value as a W&B object (:func:`wandb_value`), the
+strategy's options for the run's config (:func:`strategy_options`), and the tables and heatmap built
+from the :class:`~avalanche_color.evaluation.metrics.AccuracyMatrix`. They take the ``wandb`` module the
+logger imported.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence
 
+import numpy as np
+from avalanche.evaluation.metric_results import AlternativeValues, TensorImage
 from avalanche.logging import WandBLogger as AvalancheWandBLogger
+from PIL.Image import Image
+from torch import Tensor
 
-from avalanche_color.evaluation.wandb_report import WandBReport
-from avalanche_color.evaluation.wandb_values import strategy_options, wandb_value
+from avalanche_color.evaluation.metrics import AccuracyMatrix, RoutingAccuracy
 
 if TYPE_CHECKING:
-    from types import TracebackType
+    from types import ModuleType, TracebackType
 
     from avalanche.evaluation.metric_results import MetricValue
     from avalanche.training.templates import SupervisedTemplate
+    from matplotlib.figure import Figure
     from wandb import Run
+
+
+# ---------------------------------------------------------------------- the values it logs
+
+# (module, class) of wandb's chart objects, current names first; ``viz`` is wandb < 0.19.
+_CHART_CLASSES = (("plot", "CustomChart"), ("plot", "Visualize"), ("viz", "CustomChart"), ("viz", "Visualize"))
+
+
+def chart_types(wandb: "ModuleType") -> tuple[type, ...]:
+    """The classes of chart values (``wandb.plot.confusion_matrix`` etc.) this wandb has."""
+    found: list[type] = []
+    for module_name, class_name in _CHART_CLASSES:
+        cls = getattr(getattr(wandb, module_name, None), class_name, None)
+        if isinstance(cls, type) and cls not in found:
+            found.append(cls)
+    return tuple(found)
+
+
+def wandb_value(wandb: "ModuleType", value: Any) -> Any:
+    """An Avalanche metric value as W&B logs it, or None for what is not logged (strings, None, ...).
+
+    Of :class:`AlternativeValues`, the best this wandb supports; images and Avalanche's
+    ``TensorImage`` as ``wandb.Image``, other tensors as histograms; numbers, matplotlib figures
+    and W&B charts as they are.
+    """
+    from matplotlib.figure import Figure  # here: matplotlib is needed only once a metric is logged
+
+    charts = chart_types(wandb)
+    if isinstance(value, AlternativeValues):
+        value = value.best_supported_value(Image, Tensor, TensorImage, Figure, float, int, *charts)
+    if isinstance(value, Image):
+        return wandb.Image(value)
+    if isinstance(value, TensorImage):
+        return wandb.Image(value.image.detach().cpu().numpy())
+    if isinstance(value, Tensor):
+        return wandb.Histogram(np_histogram=np.histogram(value.detach().cpu().reshape(-1).numpy()))
+    return value if isinstance(value, (float, int, Figure, *charts)) else None
+
+
+def strategy_options(strategy: Any) -> dict[str, Any]:
+    """What a run's config records of a strategy: its class name and options.
+
+    A package strategy's options are its ``config`` (every field); for another Avalanche
+    strategy, its batch sizes and epochs.
+    """
+    options: dict[str, Any] = {"strategy": type(strategy).__name__}
+    as_dict = getattr(getattr(strategy, "config", None), "as_dict", None)
+    if callable(as_dict):
+        options.update(as_dict())
+    else:
+        options.update({name: getattr(strategy, name) for name in ("train_mb_size", "train_epochs", "eval_mb_size")
+                        if isinstance(getattr(strategy, name, None), int)})
+    return options
+
+
+def matrix_values(wandb: "ModuleType", matrix: AccuracyMatrix, forgetting: bool = True) -> dict[str, Any]:
+    """Per evaluation stream: the accuracy matrix as a table and a heatmap, forgetting per experience
+    and its mean (unless ``forgetting`` is False: Avalanche's forgetting metrics log them already), and the
+    routing table (which expert answered how many samples of each test experience)."""
+    values: dict[str, Any] = {}
+    rows = [f"exp {experience}" for experience in matrix.trained]
+    for stream in matrix.streams():
+        columns = [f"exp {column}" for column in matrix.columns(stream)]
+        cells = matrix.matrix(stream)
+        values[f"AccuracyMatrix/{stream}"] = wandb.Table(
+            columns=["after training", *columns], data=[[row, *cell] for row, cell in zip(rows, cells)])
+        figure = accuracy_heatmap(cells, rows, columns, title=f"accuracy on {stream}")
+        values[f"AccuracyHeatmap/{stream}"] = wandb.Image(figure)
+        forgotten = matrix.forgetting(stream) if forgetting else {}
+        values.update({f"Forgetting_Exp/{stream}/Exp{column:03d}": value for column, value in forgotten.items()})
+        if forgotten:
+            values[f"Forgetting_Stream/{stream}"] = sum(forgotten.values()) / len(forgotten)
+    for stream, routed in sorted(matrix.routing.items()):
+        data = [[experience, routing.accuracy, expert, routing.expert_experiences[expert], samples,
+                 samples / sum(routing.experts.values())]
+                for experience, routing in sorted(routed.items()) for expert, samples in routing.experts.items()]
+        if data:
+            values[f"Routing/{stream}"] = wandb.Table(
+                columns=["test experience", "routing accuracy", "expert", "expert's training experience",
+                         "samples", "share"], data=data)
+    return values
+
+
+def results_values(wandb: "ModuleType", matrix: AccuracyMatrix) -> dict[str, Any]:
+    """The final results table of every stream that has rows (accuracy, forgetting, routing per test experience)."""
+    values = {}
+    for stream in matrix.streams():
+        rows = matrix.final_rows(stream)
+        if rows:
+            values[f"Results/{stream}"] = wandb.Table(columns=list(rows[0]), data=[list(row.values()) for row in rows])
+    return values
+
+
+def accuracy_heatmap(matrix: Sequence[Sequence[Optional[float]]], rows: Sequence[str], columns: Sequence[str],
+                     title: str) -> "Figure":
+    """Accuracies in [0, 1] as coloured cells with their values written in; empty where None."""
+    from matplotlib.figure import Figure  # here: matplotlib is needed only when a heatmap is drawn
+
+    values = np.array([[np.nan if v is None else v for v in row] for row in matrix], dtype=float).reshape(
+        len(rows), len(columns))
+    figure = Figure(figsize=(1.2 + 0.6 * len(columns), 1.0 + 0.45 * len(rows)), layout="constrained")
+    axes = figure.subplots()
+    image = axes.imshow(values, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
+    axes.set_xticks(range(len(columns)), labels=columns)
+    axes.set_yticks(range(len(rows)), labels=rows)
+    axes.set_xlabel("test experience")
+    axes.set_ylabel("after training")
+    axes.set_title(title)
+    for (row, column), value in np.ndenumerate(values):
+        if not np.isnan(value):
+            axes.text(column, row, f"{value:.2f}", ha="center", va="center", fontsize=8,
+                      color="black" if value > 0.6 else "white")
+    figure.colorbar(image, ax=axes, label="accuracy")
+    return figure
+
+
+# ---------------------------------------------------------------------- the logger
 
 # The names of Avalanche's forgetting metrics (forgetting_metrics): the same values as Forgetting_*.
 AVALANCHE_FORGETTING = ("ExperienceForgetting/", "StreamForgetting/")
 
 
-class WandBLogger(WandBReport, AvalancheWandBLogger):
+class WandBLogger(AvalancheWandBLogger):
     """Avalanche's W&B logger, fixed for current wandb (no ``wandb.viz``, ``wandb.util.generate_id``).
 
     It takes the same arguments as :class:`avalanche.logging.WandBLogger` (``project_name``,
@@ -72,7 +197,7 @@ class WandBLogger(WandBReport, AvalancheWandBLogger):
       minus accuracy now) and ``Forgetting_Stream/<stream>`` (their mean), unless the evaluator
       has Avalanche's ``forgetting_metrics``, whose ``ExperienceForgetting`` and
       ``StreamForgetting`` panels show the same values (then only those are logged); with
-      :func:`~avalanche_color.evaluation.routing_accuracy.routing_accuracy_metrics`,
+      :func:`~avalanche_color.evaluation.metrics.routing_accuracy_metrics`,
       ``Routing/<stream>``, a table of which expert answered how many samples of each test
       experience, with the experience the expert was trained on.
     - ``Results/<stream>``: a table with one row per test experience (accuracy, forgetting,
@@ -115,11 +240,29 @@ class WandBLogger(WandBReport, AvalancheWandBLogger):
     _training: bool = False  # between before_training and after_training
     _options_recorded: bool = False
     _stream_length: Optional[int] = None  # of the training stream, to know its last experience
+    _matrix_changed: bool = False  # since the matrix was last logged
+    _results_logged: bool = True  # since the matrix last changed
+    _report_finished_for: Optional["Run"] = None
+    _avalanche_forgetting: bool = False  # Avalanche's forgetting metrics logged: no Forgetting_* panels of our own
 
     @property
     def run(self) -> Optional["Run"]:
         """The W&B run this logger logs to."""
         return self._run
+
+    @property
+    def accuracy_matrix(self) -> AccuracyMatrix:
+        """The accuracies, forgetting and routing gathered so far (what the tables show)."""
+        if "_matrix" not in self.__dict__:
+            self._matrix = AccuracyMatrix()
+        return self._matrix
+
+    @property
+    def skipped_non_finite(self) -> set[str]:
+        """The names of the metrics whose infinite or NaN values were not logged."""
+        if "_skipped" not in self.__dict__:
+            self._skipped: set[str] = set()
+        return self._skipped
 
     def before_run(self) -> None:
         """Start the W&B run (or join the active one) and remember its id for resuming."""
@@ -171,6 +314,17 @@ class WandBLogger(WandBReport, AvalancheWandBLogger):
         if self._stream_length is not None and matrix.trained and matrix.trained[-1] == self._stream_length - 1:
             self._log_results()
 
+    def after_eval_exp(self, strategy: "SupervisedTemplate", metric_values: List["MetricValue"],
+                       **kwargs: Any) -> None:
+        """Record which experts answered this experience's samples (from the routing-accuracy metric)."""
+        experience = strategy.experience
+        for metric in getattr(strategy.evaluator, "metrics", ()):
+            counts = metric.expert_counts() if isinstance(metric, RoutingAccuracy) and metric.per_experience else {}
+            if counts:
+                trained_on = dict(enumerate(int(e) for e in strategy.model.bank.experiences.tolist()))
+                stream = f"{experience.origin_stream.name}_stream"  # as Avalanche's metric names say it
+                self.accuracy_matrix.observe_routing(stream, experience.current_experience, counts, trained_on)
+
     def log_single_metric(self, name: str, value: Any, x_plot: int) -> None:
         self.step = x_plot
         if name.startswith("WeightCheckpoint"):
@@ -220,6 +374,31 @@ class WandBLogger(WandBReport, AvalancheWandBLogger):
         if self._run is None:
             raise RuntimeError("WandBLogger has no W&B run: before_run() did not complete")
         self._run.log(values, step=self.step)
+
+    def _log_matrix(self) -> None:
+        """The accuracy matrix (table and heatmap), forgetting and routing, if they changed since last logged."""
+        if not self._matrix_changed or self._run is None:
+            return
+        self._log(matrix_values(self.wandb, self.accuracy_matrix, forgetting=not self._avalanche_forgetting))
+        self._matrix_changed = False
+        self._results_logged = False
+
+    def _log_results(self) -> None:
+        """The final results table of every stream."""
+        values = results_values(self.wandb, self.accuracy_matrix)
+        if values:
+            self._log(values)
+        self._results_logged = True
+
+    def _finish_report(self) -> None:
+        if self._run is None or self._report_finished_for is self._run:
+            return  # nothing to log into, or done already (close() and then __exit__)
+        self._log_matrix()
+        if not self._results_logged:
+            self._log_results()
+        if self.skipped_non_finite:
+            self._run.summary["skipped_non_finite"] = sorted(self.skipped_non_finite)
+        self._report_finished_for = self._run
 
 
 __all__ = ["WandBLogger"]

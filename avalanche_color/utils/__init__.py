@@ -1,1 +1,2 @@
-"""Small helpers used across the repository: atomic file writes, random-generator states."""
+"""Small helpers used across the package: value checks and checked options, atomic file writes, random-generator
+states, what an Avalanche experience says, a model's tensor state."""
