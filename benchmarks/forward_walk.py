@@ -1,14 +1,18 @@
-"""The package functions one evaluation batch passes through, from the strategy's forward to the logits.
+"""The package functions one evaluation batch passes through, from the strategy's forward to the logits,
+or one training step, from the strategy's training epoch to the optimiser's step.
 
-    python -m benchmarks.forward_walk [--method CoLoR] [--router prototypes]
+    python -m benchmarks.forward_walk [--method CoLoR] [--router prototypes] [--training-step]
 
 Trains a tiny ViT (random weights, 16 px synthetic images, three experiences) for one epoch per
 experience, then traces ``strategy.forward()`` on a test batch with :func:`sys.setprofile`:
 every first call of a function defined in the package, in call order. It prints two walks,
 one batch whose samples route to several experts and one batch routed to one expert (the
-frozen-expert kernels differ), and a count without properties, dunders and comprehensions.
+frozen-expert kernels differ), and a count without properties, dunders and comprehensions, and
+of the package files entered. With ``--training-step``, it traces instead the training epoch of
+the third experience, which is one step (16 samples, batches of 16): the forward, the loss, the
+plugins' callbacks, the backward and the optimiser's and schedule's step.
 A design measure for reviews of the model's structure, not a test: the numbers say how many
-functions a reader follows to understand a prediction.
+functions a reader follows to understand a prediction or a training step.
 """
 
 from __future__ import annotations
@@ -81,6 +85,41 @@ def walk(strategy: Any, images: torch.Tensor, tasks: torch.Tensor, experience: A
     return seen
 
 
+def training_walk(strategy: Any, experience: Any) -> list[tuple[str, str]]:
+    """(file in the package, qualified name) of every package function ``strategy.train(experience)`` calls
+    inside its training epoch (one step when the experience is one batch), in order of first call."""
+    seen: list[tuple[str, str]] = []
+
+    def profile(frame: FrameType, event: str, _: Any) -> Optional[Any]:
+        path = Path(frame.f_code.co_filename)
+        if event == "call" and PACKAGE in path.parents:
+            key = (str(path.relative_to(PACKAGE)), frame.f_code.co_qualname)
+            if key not in seen:
+                seen.append(key)
+        return None
+
+    epoch = strategy.training_epoch
+
+    def traced_epoch(**kwargs: Any) -> None:
+        sys.setprofile(profile)
+        try:
+            epoch(**kwargs)
+        finally:
+            sys.setprofile(None)
+
+    strategy.training_epoch = traced_epoch
+    try:
+        strategy.train(experience)
+    finally:
+        del strategy.training_epoch
+    return seen
+
+
+def files_entered(calls: list[tuple[str, str]]) -> list[str]:
+    """The package files of ``calls``, in order of first entry."""
+    return list(dict.fromkeys(file for file, _ in calls))
+
+
 def is_function(strategy: Any, qualname: str) -> bool:
     """Not a property, a dunder or a comprehension: a function a reader follows."""
     if "<" in qualname or qualname.rsplit(".", 1)[-1].startswith("__"):
@@ -96,10 +135,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--method", choices=sorted(METHODS), default="CoLoR")
     parser.add_argument("--router", choices=("prototypes", "ridge", "gaussian", "oracle"), default="prototypes")
+    parser.add_argument("--training-step", action="store_true",
+                        help="trace one training step (the third experience's) instead of an evaluation batch")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     benchmark = tiny_stream()
     strategy = trained_strategy(args.method, args.router)
+    if args.training_step:
+        *earlier, last = benchmark.train_stream
+        for experience in earlier:
+            strategy.train(experience)
+        calls = training_walk(strategy, last)
+        functions = [call for call in calls if is_function(strategy, call[1])]
+        print(f"\n{args.method}, router={args.router}, one training step (experience {len(earlier)}): "
+              f"{len(functions)} functions in {len(files_entered(calls))} files")
+        for file, qualname in calls:
+            print(f"  {'' if is_function(strategy, qualname) else '(not counted) '}{qualname}  ({file})")
+        print(f"files: {', '.join(files_entered(calls))}")
+        return
     for experience in benchmark.train_stream:
         strategy.train(experience)
     tests = benchmark.test_stream
@@ -112,7 +165,8 @@ def main() -> None:
         routed = strategy.model.routed_experts
         functions = [call for call in calls if is_function(strategy, call[1])]
         print(f"\n{args.method}, router={args.router}, a batch routed to {name} "
-              f"({routed.tolist() if routed is not None else '-'}): {len(functions)} functions")
+              f"({routed.tolist() if routed is not None else '-'}): {len(functions)} functions "
+              f"in {len(files_entered(calls))} files")
         for file, qualname in calls:
             print(f"  {'' if is_function(strategy, qualname) else '(not counted) '}{qualname}  ({file})")
 

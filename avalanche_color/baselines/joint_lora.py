@@ -15,11 +15,10 @@ from torch import Tensor, nn
 
 from avalanche_color.baselines.options import BaselineOptions
 from avalanche_color.color.model import ExpertViT
-from avalanche_color.experts.backbone import check_vision_transformer
-from avalanche_color.training.cosine_schedule import PerExperienceCosine
-from avalanche_color.training.data_scan import check_training_experience
+from avalanche_color.experts.routed_vit import check_vision_transformer
+from avalanche_color.training.data_checks import check_training_experience
 from avalanche_color.training.loaders import loader_options
-from avalanche_color.training.strategy_base import StrategyBase
+from avalanche_color.training.strategy import StrategyBase
 from avalanche_color.utils.checks import non_negative, positive, positive_int, require
 from avalanche_color.utils.experiences import experience_classes
 
@@ -46,7 +45,7 @@ class SingleLoRAExpert(nn.Module):
         return self.experts.predict(x, 0)
 
 
-class JointLoRA(PerExperienceCosine, StrategyBase, JointTraining):
+class JointLoRA(StrategyBase, JointTraining):
     """Joint-LoRA: Avalanche's ``JointTraining`` of one CoLoR expert on all experiences at once.
 
     The expert is rank-``rank`` LoRA on the query and value projections of every block of a frozen

@@ -14,8 +14,7 @@ from typing import Optional
 
 from avalanche.core import BasePlugin
 
-from avalanche_color.utils.checks import boolean, positive_int
-from avalanche_color.utils.options import Options, option
+from avalanche_color.utils.checks import Options, boolean, option, positive_int
 
 
 def plugin_list(value: object) -> Optional[str]:

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from avalanche_color.baselines.features import experience_features, pooled_features
 from avalanche_color.baselines.options import BaselineOptions
 from avalanche_color.baselines.training_free import TrainingFreeTemplate, frozen_copy
-from avalanche_color.routing.ridge import RandomFeatureRidge
+from avalanche_color.routing.classifiers import RandomFeatureRidge
 from avalanche_color.utils.checks import integer, positive_int, require
 from avalanche_color.utils.experiences import experience_classes
 

@@ -12,8 +12,8 @@ from avalanche.training.plugins import EvaluationPlugin
 from torch import nn
 
 from avalanche_color.baselines.options import BaselineOptions
-from avalanche_color.experts.backbone import check_vision_transformer
-from avalanche_color.training.strategy_base import StrategyBase
+from avalanche_color.experts.routed_vit import check_vision_transformer
+from avalanche_color.training.strategy import StrategyBase
 
 
 def frozen_copy(model: nn.Module) -> nn.Module:

@@ -13,7 +13,7 @@ from torch import nn
 from avalanche_color.color.config import CoLoRConfig, LoRAOptions
 from avalanche_color.color.model import ExpertViT
 from avalanche_color.config import Distance, Precision, PrototypeData, Router, RoutingFeatures
-from avalanche_color.training.template import RoutedExpertsTemplate
+from avalanche_color.training.strategy import RoutedExpertsTemplate
 
 
 class CoLoR(RoutedExpertsTemplate):
@@ -121,7 +121,7 @@ class CoLoR(RoutedExpertsTemplate):
                 only; -1: never.
             precision: ``"32-true"`` (float32); ``"bf16-mixed"`` or ``"16-mixed"``: each forward and its loss
                 under bfloat16 or float16 autocast, the trained weights kept float32 (float16 with a gradient
-                scaler; see :mod:`avalanche_color.training.precision`). A ViT given in bfloat16 stays so (half
+                scaler; see :class:`~avalanche_color.training.strategy.MixedPrecision`). A ViT given in bfloat16 stays so (half
                 its memory) and computes in bfloat16 under ``"32-true"`` too; the experts and heads are float32
                 beside it all the same.
             check_data: scan each training experience for bad data before its expert exists.

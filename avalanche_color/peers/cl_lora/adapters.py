@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from avalanche_color.lora.blocks import block_forward
+from avalanche_color.lora import block_forward
 from avalanche_color.peers.cl_lora.layer import QVAdapter, QVUpdate
 
 

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from avalanche_color.peers.cl_lora.losses import cosine_logits
-from avalanche_color.utils.host_values import host_value, keep_host_value
+from avalanche_color.utils.state import host_value, keep_host_value
 
 
 class ExperienceHeads(nn.Module):

@@ -28,10 +28,9 @@ import torch
 from avalanche.models import DynamicModule
 from torch import Tensor, nn
 
-from avalanche_color.experts.backbone import (backbone_images, check_experience_images,
-                                              check_vision_transformer)
-from avalanche_color.experts.heads import check_classes
-from avalanche_color.lora.dtypes import trained_dtype
+from avalanche_color.experts.routed_vit import (backbone_images, check_classes, check_experience_images,
+                                                check_vision_transformer)
+from avalanche_color.lora import trained_dtype
 from avalanche_color.peers.cl_lora.adapters import AdapterBank
 from avalanche_color.peers.cl_lora.config import CLLoRAConfig
 from avalanche_color.peers.cl_lora.heads import ExperienceHeads

@@ -9,7 +9,7 @@ second experience on, the distillation of the shared blocks and two SGD steps pe
 (:mod:`~avalanche_color.peers.cl_lora.prototypes`), then everything of it is frozen.
 Our choices: both steps' gradients at the batch's parameters (the code's literal sequence fails on
 current torch). Under torchrun the steps run without DDP: each step's gradients are averaged over the
-ranks before it (:func:`~avalanche_color.training.step_collectives.average_gradients`), and the prototype
+ranks before it (:func:`~avalanche_color.training.distributed.average_gradients`), and the prototype
 pass runs over the experience's whole data on every rank, so the ranks stay equal to one process.
 """
 
@@ -29,10 +29,10 @@ from avalanche_color.peers.cl_lora.losses import distillation_loss, orthogonalit
 from avalanche_color.peers.cl_lora.model import CLLoRAViT
 from avalanche_color.peers.cl_lora.prototypes import collate_options, experience_prototypes
 from avalanche_color.peers.cl_lora.steps import set_gradients, two_step_gradients
-from avalanche_color.training.configured_strategy import ConfiguredStrategy
-from avalanche_color.training.step_collectives import average_gradients
+from avalanche_color.peers.lora_sum.strategy import LORA_SUM
+from avalanche_color.training.strategy import ConfiguredStrategy
+from avalanche_color.training.distributed import average_gradients
 from avalanche_color.training.loaders import data_loader, loader_options
-from avalanche_color.training.plugin_compatibility import LORA_SUM
 from avalanche_color.utils.experiences import ends_experience, origin_experience
 
 CL_LORA_PLUGINS = {**LORA_SUM, "LRSchedulerPlugin": (

@@ -15,14 +15,13 @@ from avalanche.models import DynamicModule
 from torch import Tensor, nn
 
 from avalanche_color.peers.l2p.config import L2PModelOptions
-from avalanche_color.experts.backbone import (backbone_dtype, backbone_images, check_experience_images,
+from avalanche_color.experts.routed_vit import (backbone_dtype, backbone_images, check_experience_images,
                                               check_vision_transformer)
-from avalanche_color.lora.dtypes import trained_dtype
+from avalanche_color.lora import trained_dtype
 from avalanche_color.peers.l2p.prompt_pool import PromptPool
 from avalanche_color.peers.prompts import drop_prompts, prompt_outputs, prompt_width, prompted_tokens
 from avalanche_color.utils.experiences import experience_classes
-from avalanche_color.utils.host_values import host_value, keep_host_value
-from avalanche_color.utils.state import take_stored_shapes
+from avalanche_color.utils.state import host_value, keep_host_value, take_stored_shapes
 
 
 class GrowingHead(nn.Module):

@@ -22,8 +22,21 @@ from avalanche_color.config import Precision
 from avalanche_color.peers.l2p.config import (BatchwiseSelection, HeadInit, HeadInput, L2PConfig, L2PModelOptions,
                                              PromptInit)
 from avalanche_color.peers.l2p.model import L2PViT
-from avalanche_color.training.configured_strategy import ConfiguredStrategy
-from avalanche_color.training.plugin_compatibility import L2P_TABLE
+from avalanche_color.training.strategy import ConfiguredStrategy, incompatible_plugin_reasons
+
+# The Avalanche plugins L2P refuses, and why (every other plugin is passed through).
+L2P_TABLE = incompatible_plugin_reasons(
+    replay="L2P is rehearsal-free and, in training, masks the logits of the classes outside the current "
+           "experience, so replayed samples of earlier classes would get an infinite loss",
+    distillation="L2P keeps its backbone frozen and grows its head with each experience's classes, so the "
+                 "previous model's outputs do not line up with the current ones",
+    regularisation="L2P's head grows with each experience's classes, so per-parameter importances of earlier "
+                   "experiences do not line up with its parameters",
+    schedule="L2P builds a fresh Adam over its pool and head in every experience, with the L2P paper's constant "
+             "learning rate; a scheduler bound to another optimiser would be silently ignored. To change the "
+             "schedule, subclass L2P and override make_optimizer",
+    fresh_model="resetting the model would discard the prompt pool and head learned so far",
+)
 
 
 class L2P(ConfiguredStrategy):
@@ -137,7 +150,7 @@ class L2P(ConfiguredStrategy):
                 only; -1: never.
             precision: ``"32-true"`` (float32); ``"bf16-mixed"`` or ``"16-mixed"``: each forward and its loss
                 under bfloat16 or float16 autocast, the trained weights kept float32 (float16 with a gradient
-                scaler; see :mod:`avalanche_color.training.precision`). A ViT given in bfloat16 stays so (half its
+                scaler; see :class:`~avalanche_color.training.strategy.MixedPrecision`). A ViT given in bfloat16 stays so (half its
                 memory); the prompt pool, keys and head are float32 beside it all the same.
             num_workers: DataLoader worker processes of every loader (0: in this process).
             pin_memory: page-locked batches; None: when the device is CUDA.
@@ -165,7 +178,7 @@ class L2P(ConfiguredStrategy):
         """Adam's step; with ``grad_clip_norm``, first the gradients of the parameters it updates are
         scaled by ``min(1, grad_clip_norm / (norm + 1e-6))``, their global L2 norm (L2P's code's rule)."""
         if self.config.grad_clip_norm is not None:
-            self.unscale_gradients()  # under precision="16-mixed", the true gradients are clipped
+            self.precision.unscale(self.optimizer)  # under precision="16-mixed", the true gradients are clipped
             trained = [p for group in self.optimizer.param_groups for p in group["params"]]
             nn.utils.clip_grad_norm_(trained, self.config.grad_clip_norm)
         super().optimizer_step()

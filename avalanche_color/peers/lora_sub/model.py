@@ -25,8 +25,8 @@ from typing import ClassVar, Union
 import torch
 from torch import Tensor, nn
 
-from avalanche_color.experts.backbone import backbone_dtype, backbone_images
-from avalanche_color.lora.blocks import expert_tokens
+from avalanche_color.experts.routed_vit import backbone_dtype, backbone_images
+from avalanche_color.lora import expert_tokens
 from avalanche_color.peers.lora_sub.config import LoRASubtractionConfig
 from avalanche_color.peers.lora_sub.prototypes import nearest_mean_logits
 from avalanche_color.peers.lora_sum.layer import Mixing, Part

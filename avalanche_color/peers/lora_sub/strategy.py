@@ -32,7 +32,7 @@ from avalanche_color.peers.lora_sub.projected_adam import ProjectedAdam
 from avalanche_color.peers.lora_sub.projection import principal_projection
 from avalanche_color.peers.lora_sub.triplet_loss import augmented_triplet_loss
 from avalanche_color.peers.lora_sum.strategy import LoRASumTemplate
-from avalanche_color.training.step_collectives import gather_padded_rows
+from avalanche_color.training.distributed import gather_padded_rows
 from avalanche_color.utils.experiences import origin_experience
 
 
@@ -75,7 +75,7 @@ class LoRASubtraction(LoRASumTemplate):
         eval_every: Avalanche's periodic evaluation (-1: none).
         precision: ``"32-true"`` (float32); ``"bf16-mixed"`` or ``"16-mixed"``: each forward and its loss
             under bfloat16 or float16 autocast, the trained weights kept float32 (float16 with a gradient
-            scaler; see :mod:`avalanche_color.training.precision`). A ViT given in bfloat16 stays so (half its
+            scaler; see :class:`~avalanche_color.training.strategy.MixedPrecision`). A ViT given in bfloat16 stays so (half its
             memory); the components and heads are float32 beside it all the same.
         check_data: scan each training experience for bad samples before training on it.
         init_seed: seed of each new component's and head rows' random initialisation, drawn apart from

@@ -4,10 +4,10 @@ plus ``config.json``.
 The folder holds the model's :meth:`~LoRASumViT.experts_state_dict` (components, magnitudes or
 protected subspaces, head, class masks), never the backbone; ``config.json`` names the model
 class, its options, a digest of the backbone's weights, and the size and SHA-256 of the weights
-file, which holds a copy of the rest of ``config.json``. Loading checks those first (:mod:`~avalanche_color.experts.integrity`, as CoLoR's folders:
+file, which holds a copy of the rest of ``config.json``. Loading checks those first (:mod:`~avalanche_color.experts.saved`, as CoLoR's folders:
 a changed, truncated or foreign file, or an edited ``config.json``, is a ``SavedModelError`` naming it), builds the model on a
 copy of the backbone given, refuses another backbone or class, and predicts bit-identically.
-(CoLoR's own format, :mod:`avalanche_color.experts.pretrained`, is tied to routed experts.)
+(CoLoR's own format, :mod:`avalanche_color.experts.saved`, is tied to routed experts.)
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ from typing import TypeVar
 
 from torch import nn
 
-from avalanche_color.experts.integrity import (check_config_unchanged, load_tensors, read_saved_folder, read_verified,
-                                              write_saved_folder)
-from avalanche_color.experts.model_state import backbone_fingerprint
+from avalanche_color.experts.saved import (backbone_fingerprint, check_config_unchanged, load_tensors,
+                                           read_saved_folder, read_verified, write_saved_folder)
 from avalanche_color.utils.files import PathLike
 from avalanche_color.version import __version__
 

@@ -7,7 +7,7 @@ component (rank-r ``A`` and ``B`` per adapted part) and the layer computes
 
 with a coefficient ``c_i`` per component given by the caller (:class:`Mixing`): SD-LoRA's
 magnitude over the direction's norm, InfLoRA's 1. Each component's weights are a
-:class:`~avalanche_color.lora.qv_experts.QVLoRA` (A Kaiming-uniform, B zeros, scaling 1):
+:class:`~avalanche_color.lora.QVLoRA` (A Kaiming-uniform, B zeros, scaling 1):
 its index 0 belongs to the first adapted part, index 1 to the second.
 
 Which components run low-rank is an argument (:attr:`Mixing.low_rank`: those whose factors train);
@@ -15,7 +15,7 @@ every other one is folded into the weight (one matmul, a d x r x d product per c
 forward, nothing per sample; gradients still reach its coefficient through the fold). Nothing is
 read from ``requires_grad`` or the grad mode, so the same call computes the same way everywhere.
 
-The components are float32 on a bfloat16 or float16 layer (:mod:`avalanche_color.lora.dtypes`), so that
+The components are float32 on a bfloat16 or float16 layer (:func:`~avalanche_color.lora.trained_dtype`), so that
 SGD's small updates are kept; each forward casts their factors to the dtype they meet (the weight's when
 folded, the tokens' when low-rank), as autocast casts a linear layer's weight: on a float32 or float64
 layer nothing is cast.
@@ -30,8 +30,7 @@ from typing import Literal, Optional
 import torch
 from torch import Tensor, nn
 
-from avalanche_color.lora.dtypes import trained_dtype
-from avalanche_color.lora.qv_experts import QVLoRA
+from avalanche_color.lora import QVLoRA, trained_dtype
 
 Part = Literal["q", "k", "v"]
 PARTS: tuple[str, ...] = ("q", "k", "v")
@@ -91,7 +90,7 @@ class LoRASumQKV(nn.Module):
 
     def add_component(self, rank: int) -> QVLoRA:
         """A new component (B zeros: the layer's output is unchanged), on the layer's device: float32 on a
-        bfloat16 or float16 layer (see :mod:`avalanche_color.lora.dtypes`), else in the layer's dtype."""
+        bfloat16 or float16 layer (see :func:`~avalanche_color.lora.trained_dtype`), else in the layer's dtype."""
         weight = self.base_layer.weight
         component = QVLoRA(self.in_features, self.width, rank, alpha=rank).to(weight.device,
                                                                               trained_dtype(weight.dtype))

@@ -23,15 +23,14 @@ from avalanche.models import DynamicModule
 from torch import Tensor, nn
 
 from avalanche_color.config import Options
-from avalanche_color.experts.backbone import backbone_images, check_experience_images, check_vision_transformer
-from avalanche_color.experts.heads import check_classes
-from avalanche_color.lora.blocks import expert_tokens
-from avalanche_color.lora.dtypes import trained_dtype
+from avalanche_color.experts.routed_vit import (backbone_images, check_classes, check_experience_images,
+                                                check_vision_transformer)
+from avalanche_color.lora import expert_tokens, trained_dtype
 from avalanche_color.peers.lora_sum.files import load_folder, save_folder
 from avalanche_color.peers.lora_sum.layer import LoRASumQKV, Mixing, Part
 from avalanche_color.peers.lora_sum.learned_state import learned_state, load_learned_state
 from avalanche_color.utils.files import PathLike
-from avalanche_color.utils.host_values import host_value, keep_host_value
+from avalanche_color.utils.state import host_value, keep_host_value
 from avalanche_color.utils.rng import seeded
 from avalanche_color.utils.experiences import experience_classes
 

@@ -19,13 +19,26 @@ from torch import Tensor, nn
 
 from avalanche_color.config import Options
 from avalanche_color.peers.lora_sum.model import LoRASumViT
-from avalanche_color.training.configured_strategy import ConfiguredStrategy
-from avalanche_color.training.plugin_compatibility import LORA_SUM
+from avalanche_color.training.strategy import ConfiguredStrategy, incompatible_plugin_reasons
 from avalanche_color.utils.experiences import ends_experience
+
+# The Avalanche plugins SD-LoRA, InfLoRA and LoRA subtraction refuse, and why (CL-LoRA's, with its own schedule's
+# reason); every other plugin is passed through.
+_PROTECTS_ITSELF = ("the method protects earlier experiences itself, and its parameters grow with every "
+                    "experience, so a distillation or regularisation term would not line up with them")
+LORA_SUM = incompatible_plugin_reasons(
+    replay="the method is rehearsal-free and trains on the logits of the current experience's classes only, so "
+           "replayed samples of earlier classes would get an infinite loss",
+    distillation=_PROTECTS_ITSELF,
+    regularisation=_PROTECTS_ITSELF,
+    schedule="the strategy builds a fresh optimiser and schedule per experience (lr_schedule=); a scheduler bound "
+             "to another optimiser would be silently ignored",
+    fresh_model="resetting the model would discard every component learned so far",
+)
 
 
 class LoRASumTemplate(ConfiguredStrategy):
-    """The :class:`~avalanche_color.training.configured_strategy.ConfiguredStrategy` of a
+    """The :class:`~avalanche_color.training.strategy.ConfiguredStrategy` of a
     :class:`LoRASumViT`: the model takes the method's whole config, a ready model brings its expert
     settings; subclasses may override :meth:`prepare_experience` and :meth:`conclude_component`.
     """

@@ -13,10 +13,9 @@ import torch
 from torch import Tensor, nn
 
 from avalanche_color.peers.s_prompts.config import PromptOptions
-from avalanche_color.experts.backbone import backbone_images
-from avalanche_color.experts.routed_vit import RoutedExpertViT
+from avalanche_color.experts.routed_vit import RoutedExpertViT, backbone_images
 from avalanche_color.peers.prompts import new_prompts, prompt_width, prompted_features, s_prompts_bound
-from avalanche_color.lora.segments import ExpertSelection, Segments
+from avalanche_color.lora import ExpertSelection, Segments
 
 
 class PromptTokens(nn.Module):

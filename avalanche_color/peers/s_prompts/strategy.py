@@ -13,7 +13,7 @@ from torch import nn
 from avalanche_color.config import Distance, Precision, PrototypeData, Router, RoutingFeatures
 from avalanche_color.peers.s_prompts.config import PromptOptions, Schedule, SPromptsConfig
 from avalanche_color.peers.s_prompts.model import PromptExpertViT
-from avalanche_color.training.template import RoutedExpertsTemplate
+from avalanche_color.training.strategy import RoutedExpertsTemplate
 
 
 class SPrompts(RoutedExpertsTemplate):
@@ -125,7 +125,7 @@ class SPrompts(RoutedExpertsTemplate):
                 only; -1: never.
             precision: ``"32-true"`` (float32); ``"bf16-mixed"`` or ``"16-mixed"``: each forward and its loss
                 under bfloat16 or float16 autocast, the trained weights kept float32 (float16 with a gradient
-                scaler; see :mod:`avalanche_color.training.precision`). A ViT given in bfloat16 stays so
+                scaler; see :class:`~avalanche_color.training.strategy.MixedPrecision`). A ViT given in bfloat16 stays so
                 (half its memory); the prompts and heads are float32 beside it all the same.
             check_data: scan each training experience for bad data before its expert exists.
             num_workers: DataLoader worker processes of every loader (0: in this process).

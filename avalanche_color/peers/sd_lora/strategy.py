@@ -70,7 +70,7 @@ class SDLoRA(LoRASumTemplate):
         eval_every: Avalanche's periodic evaluation (-1: none).
         precision: ``"32-true"`` (float32); ``"bf16-mixed"`` or ``"16-mixed"``: each forward and its loss
             under bfloat16 or float16 autocast, the trained weights kept float32 (float16 with a gradient
-            scaler; see :mod:`avalanche_color.training.precision`). A ViT given in bfloat16 stays so (half its
+            scaler; see :class:`~avalanche_color.training.strategy.MixedPrecision`). A ViT given in bfloat16 stays so (half its
             memory); the components, magnitudes and head are float32 beside it all the same.
         check_data: scan each training experience for bad samples before training on it.
         init_seed: seed of each new component's and head rows' random initialisation, drawn apart from

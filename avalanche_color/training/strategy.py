@@ -1,0 +1,682 @@
+"""The strategy base of the package, from ``__init__`` to ``training_epoch``, and the parts it holds.
+
+* :class:`StrategyBase`: what every strategy of the package is, the baselines included: an Avalanche
+  ``SupervisedTemplate`` (or ``JointTraining``) with the model given first as ``Strategy(vit, **options)``,
+  the Avalanche plugins that cannot act on it refused with the reason, the data checks first among the
+  plugins, the loader options in every loader, the training and evaluation loops under the chosen
+  numeric precision (:class:`MixedPrecision`, held as ``self.precision``), the learning-rate schedule of
+  the experience (``self.lr_scheduler``, made by the ``restart_*`` methods) stepped after every optimiser
+  step, and an unpadded evaluation shard per rank under torchrun.
+* :class:`ConfiguredStrategy`: every method (CoLoR, S-Prompts, L2P, SD-LoRA, InfLoRA, LoRA-Sub, CL-LoRA)
+  is one. A strategy lists every field of its config as a keyword argument of its own ``__init__``, with
+  the same default (``tests/test_signatures.py`` checks that they agree), and builds its config from them
+  itself, after :meth:`ConfiguredStrategy.checked_options` (plugins that cannot act on the method refused,
+  ``optimizer=`` refused, a ready model's own settings taken); the base then builds the model from a copy
+  of the ViT (or keeps the ready model) and runs the per-experience loop: the model adapts, then the method
+  prepares what is new, then a fresh optimiser over what trains now; under torchrun the training steps run
+  through DDP over it. A method says what is its own: its config, model and refused plugins (class
+  attributes), :meth:`~ConfiguredStrategy.make_optimizer`, and where it needs them
+  :meth:`~ConfiguredStrategy.prepare_experience`, :meth:`~ConfiguredStrategy.own_plugins`, ``forward`` and
+  ``criterion``.
+* :class:`RoutedExpertsTemplate`: the training CoLoR and S-Prompts share over it (one expert per
+  experience, SGD and a cosine schedule, the prototype router).
+
+In the file's order: the model-first ``__init__`` (:func:`model_first`) that each class statement applies,
+:class:`StrategyBase`, :class:`ConfiguredStrategy`, the plugins a strategy refuses and why
+(:func:`incompatible_plugin_reasons`), :class:`RoutedExpertsTemplate`, then the parts the classes hold or
+call: the numeric precision (:class:`MixedPrecision`) and the checks of a strategy's keywords before its
+config is built.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+import math
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, Callable, ClassVar, Optional, Union
+
+import torch
+from avalanche.core import BasePlugin
+from avalanche.training import plugins as avalanche_plugins
+from avalanche.training.plugins import EvaluationPlugin
+from avalanche.training.plugins.evaluation import default_evaluator
+from avalanche.training.templates import SupervisedTemplate
+from avalanche.training.templates.base import _merge_legacy_positional_arguments
+from torch import Tensor, nn
+from torch.optim import SGD
+from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, LRScheduler
+
+from avalanche_color.config import (PRECISIONS, LoaderOptions, Options, PrototypeOptions, RoutedExpertsConfig,
+                                    TrainingOptions)
+from avalanche_color.experts.routed_vit import RoutedExpertViT
+from avalanche_color.training.data_checks import DataChecksPlugin
+from avalanche_color.training.distributed import eval_loader, gather_eval_batch, is_distributed, wrap_current_expert
+from avalanche_color.training.loaders import loader_options
+from avalanche_color.training.router_fitting import PrototypeRouterPlugin
+from avalanche_color.utils.checks import one_of, require, usable_device
+from avalanche_color.utils.experiences import continues_experience, origin_experience
+
+
+# ---------------------------------------------------------------------- the model first (StrategyBase.__init_subclass__)
+
+def _declares_model_first(init: Callable[..., None]) -> bool:
+    parameters = list(inspect.signature(init).parameters.values())[1:]  # after self
+    return bool(parameters) and parameters[0].name == "model" and parameters[0].kind in (
+        inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+def model_first(init: Callable[..., None]) -> Callable[..., None]:
+    """A strategy's ``__init__`` called as Avalanche's strategies are, except that the model may come first.
+
+    Avalanche's ``BaseTemplate`` wraps every strategy's ``__init__``: positional arguments warn
+    (``PositionalArgumentsDeprecatedWarning``) and are passed on as keywords, and an ``__init__``
+    that declares any positional parameter warns on every call. Here ``Strategy(model, **options)``
+    is the documented call, so this wrapper takes the wrapper's place: the model alone given by
+    position passes silently, and every positional argument after it gets Avalanche's own handling
+    (its warning, its mapping onto the keyword-only parameters in order).
+    """
+
+    @functools.wraps(init)
+    def init_model_first(self: Any, *args: Any, **kwargs: Any) -> None:
+        if len(args) > 1:
+            args, kwargs = _merge_legacy_positional_arguments(init, type(self).__name__, (self, *args), kwargs)
+            return init(*args, **kwargs)
+        return init(self, *args, **kwargs)
+
+    init_model_first.takes_model_first = True  # type: ignore[attr-defined]
+    return init_model_first
+
+
+class StrategyBase(SupervisedTemplate):
+    """An Avalanche ``SupervisedTemplate`` as every strategy of the package builds it.
+
+    Args:
+        plugins: the user's plugins, placed after the strategy's own; the list is copied, never
+            changed. Those named in :attr:`incompatible_plugins` are refused with the reason
+            (:meth:`refuse_incompatible_plugins`).
+        scan_experiences: the :class:`~avalanche_color.DataChecksPlugin`, always first, scans each
+            training experience's samples before anything changes for it (without the scan, empty
+            experiences, non-finite evaluation pixels and a non-finite loss are still refused).
+        own_plugins: the plugins the method itself needs, after the data checks and before the user's.
+        plugins_checked: the subclass has refused them already, before its costly steps (copying
+            the ViT), so they are not looked at again.
+        precision: ``"32-true"``, ``"bf16-mixed"`` or ``"16-mixed"``: the forwards and losses of
+            training and evaluation run under it (:class:`MixedPrecision`, ``self.precision``).
+        template_options: the keywords of Avalanche's template (``model``, ``optimizer``, ...).
+    """
+
+    # Avalanche plugins this strategy refuses, by class name, with the reason (incompatible_plugin_reasons).
+    incompatible_plugins: ClassVar[dict[str, str]] = {}
+    # The options of every loader of train and eval, unless the call gives them (train, eval).
+    loader_defaults: LoaderOptions = LoaderOptions()
+    # The learning-rate schedule of the experience's optimiser, stepped after each of its steps (restart_*).
+    lr_scheduler: Optional[LRScheduler] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # A strategy whose __init__ declares model as its first parameter gets model_first in place of
+        # Avalanche's wrapper; a subclass without its own __init__ keeps its parent's.
+        init = cls.__init__
+        super().__init_subclass__(**kwargs)  # Avalanche's BaseTemplate wraps __init__: see model_first
+        if getattr(init, "takes_model_first", False):
+            cls.__init__ = init  # type: ignore[method-assign]  # a parent's, already wrapped
+        elif _declares_model_first(init):
+            cls.__init__ = model_first(init)  # type: ignore[method-assign]
+
+    def __init__(self, *, plugins: Optional[Sequence[BasePlugin]], scan_experiences: bool,
+                 own_plugins: Sequence[BasePlugin] = (), plugins_checked: bool = False,
+                 precision: str = "32-true", **template_options: Any) -> None:
+        if "device" in template_options:  # torch's own message would name neither the option nor the value
+            require("device", template_options["device"], usable_device)
+        if not plugins_checked:
+            self.refuse_incompatible_plugins(plugins)
+        self.precision = MixedPrecision(precision)
+        # Bad data is refused first, before any other plugin or the model adaptation acts on it.
+        checks = DataChecksPlugin(scan_experiences=scan_experiences)
+        super().__init__(plugins=[checks, *own_plugins, *(plugins or ())], **template_options)
+
+    @classmethod
+    def refuse_incompatible_plugins(cls, plugins: Optional[Iterable[BasePlugin]]) -> None:
+        """Raise a ``ValueError`` naming the first of ``plugins`` that :attr:`incompatible_plugins`
+        refuses, and why; a subclass may call it first thing and pass ``plugins_checked=True``."""
+        refuse_incompatible_plugins(cls.__name__, plugins or (), cls.incompatible_plugins)
+
+    # ------------------------------------------------------------------ train and eval: the loader options
+
+    def train(self, experiences: Any, eval_streams: Optional[Sequence[Any]] = None, **kwargs: Any) -> Any:
+        """Avalanche's ``train``; the config's loader options (``num_workers``, ...) apply unless given here."""
+        return super().train(experiences, eval_streams, **self._with_loader_options(kwargs))
+
+    def eval(self, exp_list: Any, **kwargs: Any) -> Any:
+        """Avalanche's ``eval``; the config's loader options (``num_workers``, ...) apply unless given here."""
+        return super().eval(exp_list, **self._with_loader_options(kwargs))
+
+    def _with_loader_options(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        # Avalanche hands these keywords to its loaders and to every plugin callback (prototype
+        # fitting, the data scan), so one value reaches every loader of the call.
+        return {**kwargs, **loader_options(kwargs, self.loader_defaults).loader_options()}
+
+    # ------------------------------------------------------------------ one epoch, one step
+
+    def autocast(self) -> AbstractContextManager:
+        """The context of this strategy's forwards and losses (nothing under ``"32-true"``)."""
+        return self.precision.autocast(self.device)
+
+    def training_epoch(self, **kwargs: Any) -> None:
+        """Avalanche's training epoch (``SGDUpdate.training_epoch``: the same callbacks in the same
+        order), the forward and the loss under :meth:`autocast`."""
+        self.precision.start_epoch(self.optimizer, self.device, type(self).__name__)
+        for self.mbatch in self.dataloader:
+            if self._stop_training:
+                break
+            self._unpack_minibatch()
+            self._before_training_iteration(**kwargs)
+            self.optimizer.zero_grad()
+            self.loss = self._make_empty_loss()
+            with self.autocast():
+                self._before_forward(**kwargs)
+                self.mb_output = self.forward()
+                self._after_forward(**kwargs)
+                self.loss += self.criterion()
+            self._before_backward(**kwargs)
+            self.backward()
+            self._after_backward(**kwargs)
+            self._before_update(**kwargs)
+            self.optimizer_step()
+            self._after_update(**kwargs)
+            self._after_training_iteration(**kwargs)
+
+    def eval_epoch(self, **kwargs: Any) -> None:
+        """Avalanche's evaluation epoch, the forward and the loss under :meth:`autocast`."""
+        with self.autocast():
+            return super().eval_epoch(**kwargs)
+
+    def backward(self) -> None:
+        """The backward of the loss (scaled under ``"16-mixed"``)."""
+        self.precision.scale(self.loss).backward(retain_graph=self.retain_graph)
+
+    def optimizer_step(self) -> None:
+        """The optimiser's step (under ``"16-mixed"`` the scaler's: skipped when a gradient is inf or NaN),
+        then the schedule's."""
+        self.precision.step(self.optimizer)
+        if self.lr_scheduler is not None:
+            self.lr_scheduler.step()
+
+    # ------------------------------------------------------------------ the learning-rate schedule
+
+    def restart_cosine(self) -> None:
+        """Call once the optimiser for the experience exists: the learning rate then anneals to zero over
+        the experience's steps (``train_epochs`` x batches), stepping after every optimiser step. For a chunk
+        of an online stream with task boundaries, that is over all chunks of its experience (as many as the
+        first's)."""
+        self.lr_scheduler = CosineAnnealingLR(self.optimizer, T_max=self._experience_steps())
+
+    def restart_epoch_cosine(self) -> None:
+        """The ``CosineSchedule`` of InfLoRA's and LoRA subtraction's code (``utils/schedulers.py``), stepped
+        once per epoch, as it runs: its constructor sets epoch 0's factor and then ``last_epoch = -1``, so
+        the first ``step()``, after epoch 0, sets epoch 0's factor again. Epochs 0 and 1 of E run at lr,
+        epoch e >= 1 at ``lr cos(99 pi (e - 1) / (200 (E - 1)))``: the last at 9.7% of lr for E = 20 (the
+        formula's 1.6% is never reached). One epoch: lr throughout."""
+        self.restart_epoch_cosine_over(self.train_epochs)
+
+    def restart_epoch_cosine_over(self, length: int) -> None:
+        """:meth:`restart_epoch_cosine` with the cosine's E = ``length``, while the experience runs
+        ``train_epochs`` epochs (the code's ``CosineSchedule(K)`` with K other than the epochs run)."""
+
+        def factor(epoch: int) -> float:
+            late = max(epoch - 1, 0)  # the epoch whose factor the code's scheduler has set
+            return math.cos(99 * math.pi * late / (200 * (length - 1))) if length > 1 else 1.0
+
+        self._restart_per_epoch(factor)
+
+    def restart_cosine_per_epoch(self) -> None:
+        """torch's ``CosineAnnealingLR(T_max=epochs)`` (``eta_min`` 0) stepped once after each epoch, as
+        S-Prompts' code (``methods/sprompt.py``, ``train_function``) runs it: epoch e of E runs at
+        ``lr (1 + cos(pi e / E)) / 2``, the first at lr, the last at ``lr (1 + cos(pi (E - 1) / E)) / 2``
+        (9.5% of lr for E = 5, 2.4% for E = 10: zero is never reached). One epoch: lr throughout."""
+        epochs = self.train_epochs
+        self._restart_per_epoch(lambda epoch: (1 + math.cos(math.pi * epoch / epochs)) / 2)
+
+    def _restart_per_epoch(self, factor: Callable[[int], float]) -> None:
+        """A schedule stepped per optimiser step that holds ``factor(epoch)`` through each of the experience's
+        ``train_epochs`` epochs (a schedule the authors' code steps once per epoch)."""
+        epochs = self.train_epochs
+        per_epoch = max(self._experience_steps() // max(epochs, 1), 1)
+        self.lr_scheduler = LambdaLR(self.optimizer, lambda step: factor(min(step // per_epoch, epochs - 1)))
+
+    def _experience_steps(self) -> int:
+        steps = self.train_epochs * max(len(self.dataloader), 1)
+        experience = self.experience
+        if origin_experience(experience) is not experience:
+            steps *= experience.sub_stream_length or 1
+        return steps
+
+    # ------------------------------------------------------------------ evaluation under torchrun
+
+    def make_eval_dataloader(self, **kwargs: Any) -> None:
+        # Under torchrun each rank evaluates its own unpadded shard: Avalanche's distributed sampler pads
+        # the last batch, which would count samples twice.
+        if is_distributed():
+            self.dataloader = eval_loader(self.adapted_dataset, self.eval_mb_size, loader_options(kwargs),
+                                          self.device)
+        else:
+            super().make_eval_dataloader(**kwargs)
+
+    def _after_eval_forward(self, **kwargs: Any) -> None:
+        gather_eval_batch(self)  # first of all plugins: metrics then see the batches of all ranks
+        super()._after_eval_forward(**kwargs)
+
+
+class ConfiguredStrategy(StrategyBase):
+    """A ``SupervisedTemplate`` set up from one options dataclass, trained experience by experience.
+
+    Subclasses set :attr:`config_class`, :attr:`model_class` and :attr:`model_config_class`, write
+    ``__init__(self, model, *, config=None, <every option of config_class>, criterion=None,
+    device="cpu", plugins=None, evaluator=default_evaluator, **kwargs)``, build their config there
+    (``config_class.build(config, **options)``, the options from :meth:`checked_options`) and pass it
+    on with the other arguments by name, and implement :meth:`make_optimizer`.
+
+    Args:
+        model: a timm ``VisionTransformer``: the strategy wraps a copy of it into
+            :attr:`model_class`, so the ViT given stays as it was, usable by other strategies;
+            or a :attr:`model_class` instance (a strategy's ``model``) to continue from: then its
+            own settings (:meth:`model_settings`) apply, and one given a value other than its
+            default and the model's is refused.
+        config: the method's :attr:`config_class`, built by its ``__init__``.
+        criterion: loss; a new ``CrossEntropyLoss`` by default.
+        device, evaluator: as in Avalanche's ``SupervisedTemplate``.
+        plugins: the user's plugins, after the method's own; the list is copied, never changed.
+            Plugins that cannot act on the strategy (replay, distillation, regularisation, LR
+            schedulers) are refused with the reason (:func:`incompatible_plugin_reasons`).
+        template_options: other keywords of Avalanche's ``SupervisedTemplate`` (``peval_mode``, ...).
+    """
+
+    # Every method's config holds the budget and precision (TrainingOptions) and the loader options.
+    config: Any
+    config_class: ClassVar[type[Options]]
+    # Its instances count their experts in num_experts (0 for one that adds none, as L2P's).
+    model_class: ClassVar[type[nn.Module]]
+    # The options the model takes: a group of config_class (e.g. LoRAOptions for CoLoR's ExpertViT).
+    model_config_class: ClassVar[type[Options]]
+    # The optimiser the strategy builds per experience, and the options that set it (for the refusal of optimizer=).
+    optimizer_description: ClassVar[str] = "its own optimiser"
+    optimizer_options: ClassVar[tuple[str, ...]] = ("lr",)
+    # Whether training steps run through DDP under torchrun (a method whose forward calls the model's parts
+    # itself, as L2P's prompt selection does, trains in one process).
+    trains_distributed: ClassVar[bool] = True
+    # Under torchrun: the model in DDP over what trains, for training steps (set per experience).
+    ddp_model: Optional[nn.Module] = None
+
+    def __init__(
+        self,
+        *,
+        model: nn.Module,
+        config: Options,
+        criterion: Optional[nn.Module] = None,
+        device: Union[str, torch.device] = "cpu",
+        plugins: Optional[Sequence[BasePlugin]] = None,
+        evaluator: Union[EvaluationPlugin, Callable[[], EvaluationPlugin]] = default_evaluator,
+        template_options: Optional[Mapping[str, Any]] = None,
+    ) -> None:
+        cls = type(self)
+        if not isinstance(model, cls.model_class):
+            model = cls.build_model(model, config.group(cls.model_config_class))
+        self.config = config
+        self.loader_defaults = config.group(LoaderOptions)
+        budget: TrainingOptions = config
+        super().__init__(
+            model=model,
+            # A placeholder, which Avalanche's template requires: make_optimizer builds the real one per experience.
+            optimizer=torch.optim.SGD(model.parameters(), lr=budget.lr),
+            criterion=nn.CrossEntropyLoss() if criterion is None else criterion,
+            train_mb_size=budget.train_mb_size,
+            train_epochs=budget.train_epochs,
+            eval_mb_size=budget.eval_mb_size,
+            device=device,
+            plugins=plugins,
+            plugins_checked=True,
+            scan_experiences=budget.check_data,
+            own_plugins=self.own_plugins(),
+            precision=budget.precision,
+            evaluator=evaluator,
+            eval_every=budget.eval_every,
+            **(template_options or {}),
+        )
+
+    @classmethod
+    def checked_options(cls, model: nn.Module, config: Optional[Options], options: Mapping[str, Any],
+                        plugins: Optional[Sequence[BasePlugin]],
+                        template_options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """What the method's ``__init__`` builds its config from: the options given a value other than their
+        default and a ready model's own settings, with Avalanche's other keywords; refused first, before
+        the ViT is copied: plugins that cannot act on the method, an optimiser object, unknown keywords,
+        a ready model's setting given another value."""
+        template_options = dict(template_options)
+        cls.refuse_incompatible_plugins(plugins)  # StrategyBase then skips it
+        refuse_optimizer(cls, options, template_options)
+        refuse_unknown_keywords(cls, template_options, options)
+        given = given_options(cls.config_class, options)
+        return {**given, **ready_model_options(cls, model, config, given)}, template_options
+
+    # ------------------------------------------------------------------ what a method says
+
+    @classmethod
+    def model_settings(cls) -> tuple[str, ...]:
+        """The options a ready :attr:`model_class` instance brings with it (its own apply)."""
+        return cls.model_config_class.names()
+
+    @classmethod
+    def build_model(cls, vit: nn.Module, model_config: Options) -> nn.Module:
+        """The method's model around ``vit``; a copy of it, so the ViT given stays usable (Avalanche's own
+        scripts give one model object to several strategies)."""
+        return cls.model_class(copy.deepcopy(vit), model_config)
+
+    def own_plugins(self) -> list[BasePlugin]:
+        """Plugins the method itself needs, after the data checks and before the user's."""
+        return []
+
+    def prepare_experience(self, **kwargs: Any) -> None:
+        """After the model added an experience's expert, before its optimiser exists (InfLoRA designs ``A_t``)."""
+
+    def make_optimizer(self, **kwargs: Any) -> None:
+        """A fresh optimiser over what trains in this experience."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ per experience, per step
+
+    def check_model_and_optimizer(self, **kwargs: Any) -> None:
+        # What trains (a new expert, a grown head) exists only after the model adaptation, so the
+        # optimiser is built after it, once per experience; the chunks of an online stream's
+        # experience (with task boundaries) continue its model, optimiser and schedule.
+        # Every model_class counts its experts (num_experts; L2P's, sharing one pool, has none): one
+        # restored from a checkpoint has its experience's expert already, which is not prepared again.
+        experts = self.model.num_experts
+        self.model = self.model_adaptation()
+        added = self.model.num_experts != experts
+        if added:
+            self.prepare_experience(**kwargs)
+        if self.trains_distributed:
+            self.ddp_model = wrap_current_expert(self.model)
+        if added or not continues_experience(self.experience):
+            self.make_optimizer(**kwargs)
+
+    def step_model(self) -> nn.Module:
+        """The module a step runs: in training under torchrun the model in DDP, else the model."""
+        return self.ddp_model if self.is_training and self.ddp_model is not None else self.model
+
+    def forward(self) -> Tensor:
+        return self.step_model()(self.mb_x)
+
+
+# ---------------------------------------------------------------------- plugins a strategy refuses
+
+# Avalanche plugins that cannot act on these strategies, refused when the strategy is built. CoLoR and
+# S-Prompts train a new expert per experience on that experience's own data and never change an earlier
+# expert; L2P trains a shared prompt pool and a head that grows with the classes, masking the classes
+# outside the current experience; SD-LoRA and InfLoRA add a LoRA component per experience to one ViT and
+# train on the current experience's logits only. Plugins that replay old data, distil from or regularise
+# towards the previous model, or drive an optimiser the strategy does not use would fail mid-run or be
+# silently ignored, so they are refused up front with the reason. Every other plugin (metrics, loggers,
+# early stopping, checkpointing, your own) is passed through.
+_REPLAY = ("ReplayPlugin", "GDumbPlugin", "GSS_greedyPlugin", "MIRPlugin", "RARPlugin", "BiCPlugin",
+           "GenerativeReplayPlugin", "AGEMPlugin", "GEMPlugin", "CoPEPlugin")
+_DISTILLATION = ("LwFPlugin", "LFLPlugin", "FeatureDistillationPlugin")
+_REGULARISATION = ("EWCPlugin", "SynapticIntelligencePlugin", "MASPlugin", "RWalkPlugin", "CWRStarPlugin")
+_SCHEDULE = ("LRSchedulerPlugin",)
+_FRESH_MODEL = ("FromScratchTrainingPlugin",)
+
+
+def incompatible_plugin_reasons(replay: str, distillation: str, regularisation: str, schedule: str,
+                                fresh_model: str) -> dict[str, str]:
+    """A strategy's :attr:`~StrategyBase.incompatible_plugins`: each kind of Avalanche plugin it refuses,
+    by class name, with the reason."""
+    table: dict[str, str] = {}
+    for names, reason in ((_REPLAY, replay), (_DISTILLATION, distillation), (_REGULARISATION, regularisation),
+                          (_SCHEDULE, schedule), (_FRESH_MODEL, fresh_model)):
+        table.update(dict.fromkeys(names, reason))
+    return table
+
+
+def refuse_incompatible_plugins(strategy: str, given: Iterable[Any], reasons: dict[str, str]) -> None:
+    """Raise a ``ValueError`` naming the first plugin in ``given`` that ``reasons`` refuses, and why."""
+    for plugin in given:
+        for cls in type(plugin).__mro__:
+            if cls.__name__ in reasons and getattr(avalanche_plugins, cls.__name__, None) is cls:
+                raise ValueError(
+                    f"{strategy} cannot use {type(plugin).__name__}: {reasons[cls.__name__]}. "
+                    f"Remove it from plugins=[...]"
+                )
+
+
+# ---------------------------------------------------------------------- routed experts (CoLoR, S-Prompts)
+
+ROUTED_EXPERTS = incompatible_plugin_reasons(
+    replay="each expert trains on its own experience only and earlier experts are frozen, so replayed or "
+           "stored samples of earlier experiences have nothing to protect, and their classes lie outside the "
+           "current expert's head",
+    distillation="earlier experts never change and each new expert starts from the frozen backbone, so there "
+                 "is no drifting model to distil into",
+    regularisation="the weights it would keep close to their old values (earlier experts) are frozen, and the "
+                   "current expert's weights are new in every experience",
+    schedule="the strategy builds a fresh SGD over each new expert, with its own cosine schedule per experience "
+             "(the paper's); a scheduler bound to another optimiser would be silently ignored. To change the "
+             "schedule, subclass the strategy and override make_optimizer",
+    fresh_model="the strategy keeps its earlier experts by design; resetting the model would discard them",
+)
+
+
+class RoutedExpertsTemplate(ConfiguredStrategy):
+    """A :class:`~avalanche_color.RoutedExpertViT` trained expert by expert, with prototype routing: the
+    training shared by the routed-expert strategies (CoLoR, S-Prompts).
+
+    One expert per training experience, trained alone with SGD and a cosine schedule that restarts per
+    experience; after each experience, k-means prototypes for the router
+    (:class:`~avalanche_color.PrototypeRouterPlugin`). The strategies differ only in the model they build:
+    subclasses name their model and config class (see :class:`ConfiguredStrategy` for the call).
+    """
+
+    model: RoutedExpertViT
+    config: RoutedExpertsConfig
+    incompatible_plugins = ROUTED_EXPERTS
+    optimizer_description = "SGD over the new expert, cosine-annealed over the experience"
+    optimizer_options = ("lr", "momentum", "weight_decay")
+
+    def own_plugins(self) -> list[BasePlugin]:
+        return [PrototypeRouterPlugin(self.config.group(PrototypeOptions))]
+
+    def forward(self) -> Tensor:
+        """The model's forward (through DDP in training under torchrun): in training the expert that
+        trains predicts, in evaluation each sample's routed expert (kept in the model's ``routed_experts``)."""
+        # As Avalanche's forward: task labels only where the experience has them.
+        task_labels = self.mb_task_id if hasattr(self.experience, "task_labels") else None
+        return self.step_model()(self.mb_x, task_labels)
+
+    def make_optimizer(self, **kwargs: Any) -> None:
+        """A fresh SGD over the expert that trains only, with its schedule (:meth:`restart_schedule`)."""
+        trainable = self.model.bank.trainable
+        if trainable is None:
+            raise RuntimeError("make_optimizer needs an expert that trains: the model adaptation adds one per experience")
+        parameters = list(self.model.expert_parameters(trainable))
+        config = self.config
+        self.optimizer = SGD(parameters, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
+        self.restart_schedule()
+
+    def restart_schedule(self) -> None:
+        """The schedule of the optimiser just made: cosine over the experience's steps."""
+        self.restart_cosine()
+
+
+# ---------------------------------------------------------------------- the numeric precision
+
+AUTOCAST_DTYPES = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
+# Trained in these dtypes, SGD updates below the weight's resolution are lost.
+NARROW_DTYPES = (torch.bfloat16, torch.float16)
+
+
+class MixedPrecision:
+    """The ``precision=`` option of a strategy (Lightning's names), held as ``strategy.precision``.
+
+    * ``"32-true"``: float32 throughout (the default; Avalanche's own loop, unchanged).
+    * ``"bf16-mixed"``: each forward and its loss, in training and in evaluation, run under
+      ``torch.autocast(device, bfloat16)`` (:meth:`autocast`). The weights stay as they are: the trained
+      ones (experts, heads, prompts, magnitudes) float32, so an SGD update smaller than bfloat16's
+      resolution (2⁻⁸ of the weight) still changes them; the backward computes each gradient in the dtype
+      of its forward and accumulates it into the float32 ``.grad``. The routers, k-means and the
+      closed-form solvers switch autocast off for themselves
+      (:func:`~avalanche_color.routing.classifiers.full_precision`).
+    * ``"16-mixed"``: the same with float16, whose narrow range makes small gradients underflow: a
+      ``torch.amp.GradScaler`` (:attr:`scaler`) multiplies the loss before the backward (:meth:`scale`)
+      and divides the gradients before the step (:meth:`step`, which it skips, lowering the scale, when a
+      gradient is inf or NaN).
+
+    Casting the ViT itself (``vit.to(torch.bfloat16)``) halves the frozen backbone's memory; the trained
+    weights must not follow it, or most SGD updates vanish (kept in bfloat16, one step at lr 1e-3 changes
+    no LoRA entry). Every strategy of the package keeps its trained weights (experts, components, adapters,
+    magnitudes, prompts, keys, heads, prototypes) float32 beside such a backbone
+    (:func:`~avalanche_color.lora.trained_dtype`): each kernel casts the factors to the tokens' dtype, as autocast
+    casts a linear layer's weight, so the model runs with or without autocast. Under ``"32-true"`` the
+    backbone then computes in bfloat16 as given and the heads and the loss in float32; ``"bf16-mixed"`` adds
+    autocast's float32 for the ops it keeps in float32 (on CUDA: norms, softmax, the loss). The strategies
+    warn when they are about to train weights narrower than float32 (a weight a subclass adds in bfloat16).
+    """
+
+    def __init__(self, precision: str = "32-true") -> None:
+        require("precision", precision, one_of(PRECISIONS))
+        self.name = precision
+        # Under "16-mixed", made on the first training epoch, on the strategy's device.
+        self.scaler: Optional[torch.amp.GradScaler] = None
+        self._narrow_warned = False
+
+    def autocast(self, device: torch.device | str) -> AbstractContextManager:
+        """The context a forward and its loss run in on ``device`` (nothing under ``"32-true"``)."""
+        if self.name == "32-true":
+            return nullcontext()
+        return torch.autocast(torch.device(device).type, dtype=AUTOCAST_DTYPES[self.name])
+
+    def start_epoch(self, optimizer: torch.optim.Optimizer, device: torch.device | str, strategy: str) -> None:
+        """Before a training epoch: warn once if ``optimizer`` trains weights narrower than float32, and
+        under ``"16-mixed"`` make the gradient scaler (once)."""
+        self._warn_narrow_weights(optimizer, strategy)
+        if self.name == "16-mixed" and self.scaler is None:
+            self.scaler = torch.amp.GradScaler(torch.device(device).type)
+
+    def scale(self, loss: Tensor) -> Tensor:
+        """The loss the backward starts from: ``loss`` multiplied by the scale under ``"16-mixed"``."""
+        return loss if self.scaler is None else self.scaler.scale(loss)
+
+    def unscale(self, optimizer: torch.optim.Optimizer) -> None:
+        """Under ``"16-mixed"``, divide the gradients by the scale now (before clipping them); else nothing."""
+        if self.scaler is not None:
+            self.scaler.unscale_(optimizer)
+
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
+        """The optimiser's step (under ``"16-mixed"`` the scaler's: skipped when a gradient is inf or NaN)."""
+        if self.scaler is None:
+            optimizer.step()
+            return
+        self.scaler.step(optimizer)
+        self.scaler.update()
+
+    def _warn_narrow_weights(self, optimizer: torch.optim.Optimizer, strategy: str) -> None:
+        if self._narrow_warned:
+            return
+        narrow = narrow_parameters(p for group in optimizer.param_groups for p in group["params"])
+        if narrow:
+            self._narrow_warned = True
+            dtypes = ", ".join(str(dtype).removeprefix("torch.") for dtype in narrow)
+            warnings.warn(
+                f"{strategy} trains weights in {dtypes}: SGD updates smaller than that dtype's "
+                f"resolution are lost, so most weights stop changing. Make the trained weights float32 "
+                f"(avalanche_color.lora.trained_dtype) and use precision='bf16-mixed' for a bfloat16 "
+                f"forward, as the package's strategies do (their trained weights stay float32 beside a bfloat16 "
+                f"ViT too)", UserWarning, stacklevel=3)
+
+
+def autocast(precision: str, device: torch.device | str) -> AbstractContextManager:
+    """The context a forward and its loss run in under ``precision`` on ``device``."""
+    return MixedPrecision(precision).autocast(device)
+
+
+def grad_scaler(precision: str, device: torch.device | str) -> Optional[torch.amp.GradScaler]:
+    """A gradient scaler for ``"16-mixed"``; None for the others (bfloat16 has float32's range)."""
+    require("precision", precision, one_of(PRECISIONS))
+    return torch.amp.GradScaler(torch.device(device).type) if precision == "16-mixed" else None
+
+
+def narrow_parameters(parameters: Any) -> dict[torch.dtype, int]:
+    """How many of ``parameters`` (that require gradients) are in each dtype narrower than float32."""
+    counts: dict[torch.dtype, int] = {}
+    for parameter in parameters:
+        if parameter.requires_grad and parameter.dtype in NARROW_DTYPES:
+            counts[parameter.dtype] = counts.get(parameter.dtype, 0) + 1
+    return counts
+
+
+# ---------------------------------------------------------------------- a strategy's keywords, checked
+# How a ConfiguredStrategy's keywords become the options its config is built from
+# (ConfiguredStrategy.checked_options): each function checks or replaces one thing, before anything is
+# copied or adapted.
+
+_UNSET = object()
+
+
+def refuse_optimizer(strategy: type[ConfiguredStrategy], options: Mapping[str, Any],
+                     template_options: Mapping[str, Any]) -> None:
+    """``Naive(model, optimizer=...)`` is Avalanche's habit; here the optimiser is made per experience.
+
+    Refused: an ``optimizer=`` given to a method that has no such option, and a torch optimiser given to
+    one whose ``optimizer`` option names its choice (``"sgd"``, ``"adam"``)."""
+    given = template_options.get("optimizer", options.get("optimizer", _UNSET))
+    if "optimizer" not in template_options and not isinstance(given, torch.optim.Optimizer):
+        return
+    name = strategy.__name__
+    raise TypeError(
+        f"{name} builds its own optimiser per experience ({strategy.optimizer_description}), so it takes no "
+        f"optimiser object as optimizer=, got {type(given).__name__}; set {', '.join(strategy.optimizer_options)} "
+        f"instead, or subclass {name} and override make_optimizer"
+    )
+
+
+def refuse_unknown_keywords(strategy: type[ConfiguredStrategy], template_options: Mapping[str, Any],
+                            options: Mapping[str, Any]) -> None:
+    """A keyword that is neither an option of the method nor one of Avalanche's template is refused by name."""
+    accepted: set[str] = set()
+    for cls in SupervisedTemplate.__mro__:  # Avalanche's keywords (peval_mode, ...)
+        parameters = inspect.signature(inspect.unwrap(cls.__init__)).parameters.values()
+        accepted.update(p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    unknown = sorted(set(template_options) - accepted)
+    if unknown:
+        raise TypeError(
+            f"{strategy.__name__} got unexpected keyword arguments {unknown}; its options are "
+            f"{', '.join(options)} (see {strategy.config_class.__name__}), and Avalanche's "
+            f"SupervisedTemplate keywords"
+        )
+
+
+def ready_model_options(strategy: type[ConfiguredStrategy], model: nn.Module, config: Optional[Options],
+                        given: Mapping[str, Any]) -> dict[str, Any]:
+    """A ready ``model_class`` instance's own settings (``strategy.model_settings()``), which its config takes;
+    empty for a plain ViT. One given, or set in ``config``, to another value is refused."""
+    if not isinstance(model, strategy.model_class):
+        return {}
+    own = {name: getattr(model.config, name) for name in strategy.model_settings()}
+    conflicting = sorted(name for name in own if name in given and given[name] != own[name])
+    if isinstance(config, strategy.config_class):
+        conflicting += sorted(name for name in own if name not in conflicting and getattr(config, name) != own[name])
+    if conflicting:
+        raise ValueError(
+            f"model is already a configured {strategy.model_class.__name__} with its own settings; leave "
+            f"{conflicting} unset (the model's: {', '.join(f'{name}={own[name]!r}' for name in conflicting)})"
+        )
+    return own
+
+
+def given_options(config_class: type[Options], options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options whose value is not their default: those a caller set (a strategy's keywords carry
+    every option). The type counts too: ``kmeans_seed=False`` is not the default 0."""
+    defaults = config_class.defaults()
+    return {name: value for name, value in options.items()
+            if not (type(value) is type(defaults[name]) and value == defaults[name])}
