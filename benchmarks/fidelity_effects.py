@@ -24,7 +24,7 @@ from avalanche_color import L2P, CLLoRA, InfLoRA, LoRASubtraction, SDLoRA, SProm
 from avalanche_color.benchmarks.registry import benchmark_spec
 from avalanche_color.runner.backbone_loading import load_backbone, with_head
 from avalanche_color.runner.config import RunConfig
-from avalanche_color.runner.methods.prompts import L2P_OPTIONS
+from avalanche_color.runner.methods import L2P_OPTIONS
 from avalanche_color.runner.report import forgetting, mean_and_spread, weighted_mean
 from avalanche_color.runner.run import EVAL_BATCH, accuracy_matrix, build_stream, evaluator
 

@@ -49,7 +49,7 @@ from avalanche.training.plugins import EvaluationPlugin
 from torch.utils.data import TensorDataset
 
 from avalanche_color import backbone_data_config
-from avalanche_color.experts.backbone import backbone_images
+from avalanche_color.experts.routed_vit import backbone_images
 from avalanche_color.benchmarks.stream_building import subsample_per_class
 from avalanche_color.benchmarks.tiny_imagenet import FILE_NAME as TINY_FILE
 from avalanche_color.benchmarks.tiny_imagenet import PRETRAIN_CLASSES, load_tiny_imagenet
@@ -154,7 +154,7 @@ def build(name: str, overrides: dict[str, Any], vit, config: RunConfig, num_clas
                     num_experiences=num_experiences)
     options = {**entry.options(run), **overrides}
     run.strategy_options.update({key: options.pop(key, value) for key, value in budget.items()})
-    return entry.build(run, options), options
+    return entry.build_strategy(run, options), options
 
 
 @torch.no_grad()

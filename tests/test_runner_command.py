@@ -20,6 +20,7 @@ from avalanche_color.runner.provenance import config_record
 
 REPOSITORY = Path(__file__).parents[1]
 RESULTS = REPOSITORY / "benchmarks" / "results"
+TESTS = REPOSITORY / "tests"
 
 
 def parsed(*flags: str) -> RunConfig:
@@ -202,34 +203,40 @@ def test_a_bad_or_failed_rerun_leaves_the_finished_comparison_as_it_was(tiny_bac
 # ---------------------------------------------------------------------- the registry of methods
 
 
-def test_a_family_is_one_module_in_the_registry(monkeypatch):
-    """What a new family (e.g. SD-LoRA and InfLoRA) takes: a module with METHODS and its name in FAMILIES."""
-    import types
+def test_a_registered_method_is_in_the_runner_and_the_shared_tests(tiny_backbone, tmp_path):
+    """A method joins in one place: ``register`` (or an entry in runner/methods.py). The toy's strategy is
+    NCM under another class name, so it must give NCM's numbers."""
+    from toy_method import TOY
 
-    from avalanche_color.runner import methods
+    from avalanche_color.runner.methods import REGISTRY, methods_taking, register
+    from benchmarks.reporting.readme import render_methods
 
-    family = types.ModuleType("avalanche_color.runner.methods.toy")
-    family.METHODS = (methods.Method("Toy", lambda run: dict(rank=run.rank), lambda run, options: options,
-                                     lora=True, frozen_backbone=True),)
-    monkeypatch.setitem(sys.modules, family.__name__, family)
-    monkeypatch.setattr(methods, "FAMILIES", (*methods.FAMILIES, "toy"))
-    registry = methods._registry()  # noqa: SLF001 (what the module builds on import)
-    assert list(registry)[-1] == "Toy" and set(methods.METHODS) < set(registry)
-    monkeypatch.setattr(methods, "REGISTRY", registry)
-    run = methods.MethodRun(RunConfig(benchmark="digits_class"), 3, None, 10, lambda classes: None, {})
-    assert methods.build_strategy(run, "Toy") == {"rank": 3}
-    family.METHODS += (methods.Method("Toy", dict, dict),)
-    with pytest.raises(ValueError, match="method 'Toy' is declared twice"):
-        methods._registry()  # noqa: SLF001
+    register(TOY)
+    try:
+        assert "Toy" in compare_help()[1]["methods"] and "Toy" in methods_taking("baseline_seeds")
+        assert "| Toy | `toy_method:ToyNCM` | NCM under another name |" in render_methods()  # the docs' table
+        main(["compare", "--benchmark", "digits_class", "--methods", "NCM", "Toy", "--backbone", tiny_backbone,
+              "--loggers", "--quiet", "--out-dir", str(tmp_path), "--name", "toy"])
+        ncm, toy = json.loads((tmp_path / "toy" / "results.json").read_text())["runs"]
+        assert (ncm["label"], toy["label"]) == ("NCM", "Toy") and toy["accuracy_matrix"] == ncm["accuracy_matrix"]
+        with pytest.raises(ValueError, match="method 'Toy' is registered already"):
+            register(TOY)
+    finally:
+        del REGISTRY["Toy"]
+    with pytest.raises(SystemExit):  # gone again
+        parsed("--benchmark", "digits_class", "--methods", "Toy")
+    # The tests shared by every strategy, collected with the toy registered (as a pytest plugin), include it.
+    collected = command("-m", "pytest", "--collect-only", "-q", "-p", "toy_method", "-p", "no:cacheprovider",
+                        "tests/test_what_a_user_meets.py", env={"PYTHONPATH": f"{REPOSITORY}{os.pathsep}{TESTS}"})
+    assert collected.returncode == 0, collected.stdout + collected.stderr
+    assert "test_every_strategy_refuses_an_unusable_device_naming_it[Toy-tpu]" in collected.stdout
 
 
-def test_each_family_module_declares_its_methods_and_imports_no_torch():
-    run = command("-c", "import sys; from avalanche_color.runner.methods import FAMILIES, REGISTRY; "
-                        "from importlib import import_module; "
-                        "declared = sum(len(import_module(f'avalanche_color.runner.methods.{f}').METHODS) "
-                        "for f in FAMILIES); print(len(REGISTRY), declared, 'torch' in sys.modules)")
-    registered, declared, torch_imported = run.stdout.split()
-    assert int(registered) == int(declared) >= 19 and torch_imported == "False"  # 19: CoLoR's 7, 2 prompt, 2 LoRA peers, ...
+def test_the_registry_lists_the_methods_without_importing_torch():
+    run = command("-c", "import sys; from avalanche_color.runner.methods import REGISTRY; "
+                        "print(len(REGISTRY), 'torch' in sys.modules)")
+    registered, torch_imported = run.stdout.split()
+    assert int(registered) >= 21 and torch_imported == "False"  # CoLoR's 7, 2 prompt, 4 LoRA peers, 6 + 2 baselines
 
 
 def test_the_committed_results_command_form_is_the_runners_command():

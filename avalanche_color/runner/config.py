@@ -23,6 +23,12 @@ from avalanche_color.utils.checks import (Check, anything, boolean, each, non_ne
                                           open_fraction, optional, path, positive, positive_int, subset_of, text)
 
 LOGGERS = ("text", "csv", "tensorboard")
+
+
+def registered_methods(values: object) -> Optional[str]:
+    """Names of registered methods, checked against the registry as it is now (a method registered
+    after import is allowed)."""
+    return subset_of(METHODS)(values)
 # The images' mean and std: the backbone's own (timm's pretrained_cfg), or ImageNet's, as
 # S-Prompts' code normalises (and so the paper's presets, see avalanche_color.runner.presets).
 NORMALISATIONS = ("backbone", "imagenet")
@@ -95,7 +101,7 @@ class RunConfig:
     benchmark: str = setting(MISSING, "the stream to run on", one_of(BENCHMARKS), choices=sorted(BENCHMARKS))
     methods: Optional[tuple[str, ...]] = setting(
         None, "the methods to compare (default: every method the benchmark allows; core50: all but CoLoR-oracle)",
-        optional(subset_of(METHODS)), choices=list(METHODS))
+        optional(registered_methods), choices=METHODS)
     seeds: tuple[int, ...] = setting((0,), "the seeds of the methods that train a few parameters on the frozen "
                                            "backbone", each(non_negative_int), per_method=True)
     baseline_seeds: Optional[tuple[int, ...]] = setting(

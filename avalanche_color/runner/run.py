@@ -90,7 +90,7 @@ def build_method(name: str, config: RunConfig, backbone: Callable[[int], Any], n
     run = MethodRun(config=config, rank=rank, k=k, num_classes=num_classes, backbone=backbone,
                     strategy_options=dict(train_mb_size=config.batch_size, train_epochs=config.epochs,
                                           eval_mb_size=EVAL_BATCH, device=device, evaluator=evaluator(loggers)))
-    return entry.build(run, entry.options(run))
+    return entry.build_strategy(run)
 
 
 def run_method(planned: PlannedRun, benchmark, spec: BenchmarkSpec, backbone: VisionTransformer, config: RunConfig,
@@ -118,7 +118,7 @@ def run_method(planned: PlannedRun, benchmark, spec: BenchmarkSpec, backbone: Vi
         wandb = wandb_logger(config, planned, options, config.output_folder) if main_process else None
         if wandb is not None:
             loggers.append(stack.enter_context(wandb))  # finished even if training fails
-        strategy = entry.build(method_run(planned, backbone, spec, config, device, loggers,
+        strategy = entry.build_strategy(method_run(planned, backbone, spec, config, device, loggers,
                                           num_experiences=len(benchmark.train_stream)), options)
         if progress:
             strategy.plugins.append(TrainingProgress(f"{planned.label} seed {planned.seed}",

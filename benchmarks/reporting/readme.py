@@ -25,6 +25,13 @@ of that benchmark that ran it::
     <!-- end across -->
 
 It is written with the commands of the folders it read, so every number has its command.
+
+A third kind is the table of the runner's methods, written from its registry
+(``avalanche_color.runner.methods.REGISTRY``), so a method registered there is listed::
+
+    <!-- methods -->
+    ...
+    <!-- end methods -->
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ CPU_THREADS = re.compile(r"^cpu\b.*?(\d+) threads?\b")
 BLOCK = re.compile(r"(<!-- results: (?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- end results -->)", re.DOTALL)
 ACROSS = re.compile(r"(<!-- across: (?P<spec>[^|>]+)\|(?P<methods>[^>]+) -->\n)(?P<body>.*?)(<!-- end across -->)",
                     re.DOTALL)
+METHODS_BLOCK = re.compile(r"(<!-- methods -->\n)(?P<body>.*?)(<!-- end methods -->)", re.DOTALL)
 
 
 def pages(repository: Path = REPOSITORY) -> list[Path]:
@@ -102,6 +110,21 @@ def render_across(columns: dict[str, list[str]], methods: list[str], results: Pa
     return f"{markdown_table(rows)}\n\n```bash\n{commands}\n```\n"
 
 
+def render_methods() -> str:
+    """The table of the runner's methods, one row per registered method, in registry order."""
+    from avalanche_color.runner.methods import REGISTRY
+
+    rows = []
+    for name, entry in REGISTRY.items():
+        takes = [flag for flag, taken in (("--rank", entry.lora), ("--k", entry.prototypes)) if taken]
+        rows.append({"method": name, "strategy": f"`{entry.strategy}`" if entry.strategy else "Avalanche's",
+                     "what it is": entry.about,
+                     "seeds": "--seeds" if entry.frozen_backbone else "--baseline-seeds",
+                     "takes": ", ".join(takes), "torchrun": "yes" if entry.distributed else "",
+                     "lr": entry.lr_chosen_by or "nothing trains by gradient"})
+    return f"{markdown_table(rows)}\n"
+
+
 def block_names(text: str) -> list[str]:
     """The results folders ``text`` has blocks for, in order."""
     return [m["name"] for m in BLOCK.finditer(text)]
@@ -116,6 +139,7 @@ def across_names(text: str) -> list[str]:
 def updated(text: str, results: Path = RESULTS) -> str:
     """``text`` with every results block rewritten from its results file."""
     text = BLOCK.sub(lambda m: m.group(1) + render(m["name"], results) + m.group(4), text)
+    text = METHODS_BLOCK.sub(lambda m: m.group(1) + render_methods() + m.group(3), text)
     return ACROSS.sub(lambda m: m.group(1) + render_across(*parse_across(m["spec"], m["methods"]), results)
                       + m.group(5), text)
 
@@ -123,6 +147,7 @@ def updated(text: str, results: Path = RESULTS) -> str:
 def stale_blocks(text: str, results: Path = RESULTS) -> list[str]:
     """Names of the blocks whose content differs from their results file (an across block: its spec)."""
     stale = [m["name"] for m in BLOCK.finditer(text) if m["body"] != render(m["name"], results)]
+    stale += ["methods" for m in METHODS_BLOCK.finditer(text) if m["body"] != render_methods()]
     return stale + [m["spec"].strip() for m in ACROSS.finditer(text)
                     if m["body"] != render_across(*parse_across(m["spec"], m["methods"]), results)]
 
