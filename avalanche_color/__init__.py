@@ -4,18 +4,18 @@ Where each part of the method lives:
 
 * ``config``: the option groups the methods share, declared and checked once; each method's own
   options and config are in its folder (``color/config.py``: :class:`CoLoRConfig`, ...).
-* ``lora/``: LoRA on the query and value projections of every block (:class:`QKVExperts`),
-  timm's blocks run with the experts as an argument (``blocks``) and mixed batches sorted by
-  expert (``segments``).
-* ``routing/``: the routers behind one interface (``Router`` in ``routing/router.py``: fit per expert, then route a
-  batch): k-means prototypes and the nearest prototype, the class-level routers (beyond the paper:
-  ridge and Gaussian over (expert, class) pairs), the oracle (by task label); the evaluation cache.
-* ``experts/``: the routed model (:class:`RoutedExpertViT`: the frozen ViT, an ``ExpertBank``
-  of experts, heads and their records, and a router; the routing features come from the backbone
-  or, for CoLoR++ (``routing_features="first_expert"``), the first expert), saved as a folder.
-* ``training/``: the one strategy base of every method (:class:`ConfiguredStrategy`), the template
-  CoLoR and S-Prompts share over it, the plugin that fits the routers, checkpoint/resume, data
-  checks, torchrun.
+* ``lora``: LoRA on the query and value projections of every block (:class:`QKVExperts`), its kernels,
+  and timm's blocks run with the experts as an argument (``lora.py``, one module).
+* ``routing/``: the routers behind one interface (``Router`` in ``routing/routers.py``: fit per expert, then route
+  a batch): k-means prototypes and the nearest prototype, the oracle (by task label), the class-level routers
+  (beyond the paper: ridge and Gaussian over (expert, class) pairs, ``routing/classifiers.py``).
+* ``experts/``: the routed model (:class:`RoutedExpertViT` in ``routed_vit.py``: the frozen ViT, an ``ExpertBank``
+  of experts, heads and their records, and a router; the routing features come from the backbone or, for
+  CoLoR++ (``routing_features="first_expert"``), the first expert; the evaluation cache), saved as a folder
+  (``saved.py``).
+* ``training/``: the strategy base in one module (``training/strategy.py``: :class:`StrategyBase`, the
+  :class:`ConfiguredStrategy` of every method and the template CoLoR and S-Prompts share over it), the
+  plugin that fits the routers, checkpoint/resume, data checks, torchrun.
 * ``color/``: CoLoR itself: :class:`ExpertViT`, :class:`CoLoR`, :class:`LoRAExpertsPlugin`.
 * ``peers/``: the prompt-based peers, S-Prompts and L2P, and the LoRA peers that adapt one shared
   ViT and route nothing, SD-LoRA, InfLoRA and LoRA subtraction, and CL-LoRA (shared and per-experience
@@ -24,7 +24,8 @@ Where each part of the method lives:
   frozen backbone, Joint-LoRA, and the paper's "FT + class masking" (a plugin).
 * ``evaluation/``: the routing-accuracy metric and the W&B logger.
 * ``backbones/``: two small pretrained ViTs for offline use (:func:`~avalanche_color.backbones.offline_backbone`).
-* ``utils/``: atomic files, random-generator states, digests, what an Avalanche experience says.
+* ``utils/``: value checks and checked options, atomic files, random-generator states, what an Avalanche
+  experience says, a model's tensor state (stored shapes, digests, values read on the host once).
 
 Folders import one way, each only from those before it: utils < config, backbones < lora <
 routing < experts < training < color, peers < baselines < evaluation (``tests/test_layers.py``).
@@ -74,7 +75,7 @@ def load_pretrained(folder: str | Path, backbone: Any, **options: Any) -> Any:
     loads it, with ``options`` where the class takes them (e.g. ``cache_evaluation=True`` for the routed
     models): ``load_pretrained("my_experts", vit)``.
     """
-    from avalanche_color.experts.integrity import SavedModelError, read_saved_config
+    from avalanche_color.experts.saved import SavedModelError, read_saved_config
 
     folder = Path(folder)
     if not (folder / "config.json").is_file():
@@ -111,19 +112,19 @@ if TYPE_CHECKING:  # the public names (see _public_names), imported eagerly for 
     from avalanche_color.color.config import CoLoRConfig as CoLoRConfig
     from avalanche_color.color.config import LoRAOptions as LoRAOptions
     from avalanche_color.color.model import ExpertViT as ExpertViT
-    from avalanche_color.color.plugins import LoRAExpertsPlugin as LoRAExpertsPlugin
+    from avalanche_color.color.model import LoRAExpertsPlugin as LoRAExpertsPlugin
     from avalanche_color.color.strategy import CoLoR as CoLoR
     from avalanche_color.config import PrototypeOptions as PrototypeOptions
     from avalanche_color.config import RoutingOptions as RoutingOptions
     from avalanche_color.evaluation.progress import TrainingProgress as TrainingProgress
-    from avalanche_color.evaluation.routing_accuracy import RoutingAccuracy as RoutingAccuracy
-    from avalanche_color.evaluation.routing_accuracy import routing_accuracy_metrics as routing_accuracy_metrics
+    from avalanche_color.evaluation.metrics import RoutingAccuracy as RoutingAccuracy
+    from avalanche_color.evaluation.metrics import routing_accuracy_metrics as routing_accuracy_metrics
     from avalanche_color.evaluation.wandb_logger import WandBLogger as WandBLogger
-    from avalanche_color.experts.heads import ExpertHead as ExpertHead
-    from avalanche_color.experts.integrity import SavedModelError as SavedModelError
+    from avalanche_color.experts.routed_vit import ExpertHead as ExpertHead
+    from avalanche_color.experts.saved import SavedModelError as SavedModelError
     from avalanche_color.experts.routed_vit import RoutedExpertViT as RoutedExpertViT
-    from avalanche_color.lora.qv_experts import QKVExperts as QKVExperts
-    from avalanche_color.lora.qv_experts import QVLoRA as QVLoRA
+    from avalanche_color.lora import QKVExperts as QKVExperts
+    from avalanche_color.lora import QVLoRA as QVLoRA
     from avalanche_color.peers.cl_lora.config import CLLoRAConfig as CLLoRAConfig
     from avalanche_color.peers.cl_lora.model import CLLoRAViT as CLLoRAViT
     from avalanche_color.peers.cl_lora.strategy import CLLoRA as CLLoRA
@@ -145,24 +146,24 @@ if TYPE_CHECKING:  # the public names (see _public_names), imported eagerly for 
     from avalanche_color.peers.sd_lora.config import SDLoRAConfig as SDLoRAConfig
     from avalanche_color.peers.sd_lora.model import SDLoRAViT as SDLoRAViT
     from avalanche_color.peers.sd_lora.strategy import SDLoRA as SDLoRA
-    from avalanche_color.routing.prototypes import fit_class_prototypes as fit_class_prototypes
-    from avalanche_color.routing.prototypes import fit_prototypes as fit_prototypes
-    from avalanche_color.routing.ridge import RandomFeatureRidge as RandomFeatureRidge
-    from avalanche_color.routing.router import PrototypeRouter as PrototypeRouter
-    from avalanche_color.training.checkpoint import CheckpointError as CheckpointError
-    from avalanche_color.training.checkpoint import read_checkpoint as read_checkpoint
-    from avalanche_color.training.cosine_schedule import PerExperienceCosine as PerExperienceCosine
-    from avalanche_color.training.configured_strategy import ConfiguredStrategy as ConfiguredStrategy
+    from avalanche_color.routing.routers import fit_class_prototypes as fit_class_prototypes
+    from avalanche_color.routing.routers import fit_prototypes as fit_prototypes
+    from avalanche_color.routing.classifiers import RandomFeatureRidge as RandomFeatureRidge
+    from avalanche_color.routing.routers import PrototypeRouter as PrototypeRouter
+    from avalanche_color.training.resume import CheckpointError as CheckpointError
+    from avalanche_color.training.resume import read_checkpoint as read_checkpoint
+    from avalanche_color.training.strategy import ConfiguredStrategy as ConfiguredStrategy
+    from avalanche_color.training.strategy import MixedPrecision as MixedPrecision
     from avalanche_color.training.data_checks import DataChecksPlugin as DataChecksPlugin
     from avalanche_color.training.distributed import init_distributed as init_distributed
     from avalanche_color.training.loaders import data_loader as data_loader
     from avalanche_color.training.loaders import loader_options as loader_options
     from avalanche_color.training.resume import train_stream as train_stream
-    from avalanche_color.training.resume_plugin import ResumePlugin as ResumePlugin
+    from avalanche_color.training.resume import ResumePlugin as ResumePlugin
     from avalanche_color.training.router_fitting import RouterFitting as RouterFitting
-    from avalanche_color.training.strategy_base import StrategyBase as StrategyBase
-    from avalanche_color.training.router_plugin import PrototypeRouterPlugin as PrototypeRouterPlugin
-    from avalanche_color.training.template import RoutedExpertsTemplate as RoutedExpertsTemplate
-    from avalanche_color.utils.digests import tensors_digest as tensors_digest
+    from avalanche_color.training.strategy import StrategyBase as StrategyBase
+    from avalanche_color.training.router_fitting import PrototypeRouterPlugin as PrototypeRouterPlugin
+    from avalanche_color.training.strategy import RoutedExpertsTemplate as RoutedExpertsTemplate
+    from avalanche_color.utils.state import tensors_digest as tensors_digest
     from avalanche_color.utils.experiences import experience_classes as experience_classes
     from avalanche_color.utils.files import write_atomically as write_atomically

@@ -28,9 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
-from avalanche_color.utils.checks import (boolean, integer, non_negative, non_negative_int, one_of, optional,
-                                          positive, positive_int)
-from avalanche_color.utils.options import Options, option
+from avalanche_color.utils.checks import (Options, boolean, integer, non_negative, non_negative_int, one_of, option,
+                                          optional, positive, positive_int)
 
 RoutingFeatures = Literal["backbone", "first_expert"]
 Router = Literal["prototypes", "ridge", "gaussian", "oracle"]
@@ -60,7 +59,7 @@ class RoutingOptions(Options):
             sample's task label (task-incremental streams; no features needed). Beyond the
             paper, off by default, class-level routers that predict each sample's (expert, class)
             pair from statistics of every experience's features and labels
-            (:mod:`avalanche_color.routing.class_router`): ``"ridge"`` (RanPAC's closed-form ridge
+            (:mod:`avalanche_color.routing.routers`): ``"ridge"`` (RanPAC's closed-form ridge
             over random ReLU features) or ``"gaussian"`` (per-pair means, one shared covariance:
             HiDe's Gaussians, in closed form).
         router_width: the ridge router's random features M; its statistics hold M² float64
@@ -153,7 +152,7 @@ class TrainingOptions(Options):
             trained weights (experts, heads, prompts, magnitudes) and their updates stay float32,
             and the routers, k-means and the closed-form solvers compute in float32/float64.
             ``"16-mixed"``: the same with float16, and a gradient scaler
-            (:mod:`avalanche_color.training.precision`). Not an expert setting: a model trained
+            (:class:`~avalanche_color.training.strategy.MixedPrecision`). Not an expert setting: a model trained
             under one precision loads and continues under another.
         check_data: scan each training experience for bad samples (non-finite pixels, labels that are
             not class ids) before the model changes for it; empty experiences, non-finite evaluation

@@ -74,7 +74,7 @@ def tiny_strategies(device: str, precision: str, plugin: Any) -> dict[str, Any]:
     from timm.models.vision_transformer import VisionTransformer
 
     from avalanche_color import L2P, CLLoRA, CoLoR, InfLoRA, LoRASubtraction, SDLoRA, SPrompts
-    from avalanche_color.evaluation.routing_accuracy import routing_accuracy_metrics
+    from avalanche_color.evaluation.metrics import routing_accuracy_metrics
 
     def vit(pooling: str = "token") -> VisionTransformer:
         torch.manual_seed(0)

@@ -15,7 +15,7 @@ from timm.data import create_transform, resolve_data_config
 
 from avalanche_color import backbone_data_config, backbone_transform
 from avalanche_color.backbones import offline_backbone, read_backbone, save_backbone
-from avalanche_color.utils.digests import tensors_digest
+from avalanche_color.utils.state import tensors_digest
 from avalanche_color.benchmarks.digits import digits_split, normalise  # the runner's digits preprocessing, read only
 
 TINY = dict(img_size=16, patch_size=4, embed_dim=32, depth=2, num_heads=2)

@@ -14,7 +14,7 @@ import pytest
 import torch
 from avalanche.benchmarks import tensors_benchmark
 
-from avalanche_color.training.data_scan import check_training_experience
+from avalanche_color.training.data_checks import check_training_experience
 from avalanche_color.utils.rng import generators_untouched
 from avalanche_color import SPrompts
 from helpers import quiet_evaluator, tiny_color

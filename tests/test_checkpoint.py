@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from avalanche_color import CheckpointError, ResumePlugin, read_checkpoint, train_stream
-from avalanche_color.training.checkpoint import read_header
+from avalanche_color.training.resume import read_header
 from checkpointed_run import KILL_IN_EXPERIENCE, run
 from helpers import tiny_color
 from streams import class_stream

@@ -13,7 +13,7 @@ from avalanche.core import SupervisedPlugin
 from torch.func import functional_call
 from torch.nn import functional as F
 
-from avalanche_color.lora.dtypes import trained_dtype
+from avalanche_color.lora import trained_dtype
 from avalanche_color.peers.cl_lora.config import CLLoRAConfig
 from avalanche_color.peers.cl_lora.layer import CLLoRAQKV, QVUpdate
 from avalanche_color.peers.cl_lora.losses import (cosine_logits, distillation_loss, orthogonality_loss,

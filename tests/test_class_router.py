@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from avalanche_color import CoLoRConfig, SPrompts, read_checkpoint, train_stream
-from avalanche_color.routing.class_router import ClassRouter
-from avalanche_color.routing.gaussian import SHRINKAGE, GaussianClassifier
-from avalanche_color.routing.ridge import RELATIVE_RIDGE_GRID, RandomFeatureRidge, solve_ridge
-from avalanche_color.training.resume_plugin import ResumePlugin
+from avalanche_color.routing.routers import ClassRouter
+from avalanche_color.routing.classifiers import (RELATIVE_RIDGE_GRID, SHRINKAGE, GaussianClassifier, RandomFeatureRidge,
+                                                 solve_ridge)
+from avalanche_color.training.resume import ResumePlugin
 from helpers import quiet_evaluator, stream_metric, tiny_color, train_all
 from streams import class_stream, domain_stream, tiny_vit
 

@@ -1,12 +1,12 @@
 """Backbones in any floating dtype: images are converted to it; the trained weights (experts, heads) are float32
-beside a bfloat16 or float16 backbone and in its dtype beside a float64 one (avalanche_color.lora.dtypes)."""
+beside a bfloat16 or float16 backbone and in its dtype beside a float64 one (avalanche_color.lora.trained_dtype)."""
 
 import pytest
 import torch
 
 from avalanche_color import L2P, CoLoR, SPrompts, fit_prototypes
-from avalanche_color.experts.backbone import backbone_images
-from avalanche_color.lora.dtypes import trained_dtype
+from avalanche_color.experts.routed_vit import backbone_images
+from avalanche_color.lora import trained_dtype
 from helpers import quiet_evaluator
 from streams import domain_stream, tiny_vit
 

@@ -8,7 +8,7 @@ from streams import class_stream
 
 
 def test_image_keys_follow_content():
-    from avalanche_color.routing.eval_cache import image_keys
+    from avalanche_color.experts.routed_vit import image_keys
 
     x = torch.randn(3, 3, 4, 4, generator=torch.Generator().manual_seed(0))
     keys = image_keys(x)
@@ -24,9 +24,9 @@ def test_image_keys_follow_content():
 @pytest.mark.parametrize("routing", ["backbone", "first_expert"])
 def test_cached_evaluation_equals_uncached_after_every_experience(routing, keys, monkeypatch):
     if keys == "device digests":  # the keys an accelerator uses, here on the CPU
-        from avalanche_color.experts import expert_routing
-        from avalanche_color.routing.eval_cache import device_digests
-        monkeypatch.setattr(expert_routing, "image_keys", lambda x: [r.tobytes() for r in device_digests(x).numpy()])
+        from avalanche_color.experts import routed_vit
+        from avalanche_color.experts.routed_vit import device_digests
+        monkeypatch.setattr(routed_vit, "image_keys", lambda x: [r.tobytes() for r in device_digests(x).numpy()])
     benchmark = class_stream(num_experiences=3)
     cached = tiny_color(routing_features=routing, train_epochs=2, cache_evaluation=True)
     plain = tiny_color(routing_features=routing, train_epochs=2)
@@ -109,7 +109,7 @@ def test_loading_a_state_drops_the_cached_work():
 
 
 def test_device_digests_tell_images_apart_and_depend_only_on_each_image():
-    from avalanche_color.routing.eval_cache import device_digests
+    from avalanche_color.experts.routed_vit import device_digests
 
     generator = torch.Generator().manual_seed(0)
     images = torch.randn(6, 3, 16, 16, generator=generator)

@@ -18,16 +18,15 @@ from avalanche.core import SupervisedPlugin
 from avalanche.training.plugins import EvaluationPlugin
 
 from avalanche_color import L2P, CLLoRA, CoLoR, InfLoRA, LoRASubtraction, SDLoRA, SPrompts
-from avalanche_color.evaluation.routing_accuracy import routing_accuracy_metrics
-from avalanche_color.training.data_checks import DataChecksPlugin
-from avalanche_color.training.loss_checks import DeferredLossCheck
+from avalanche_color.evaluation.metrics import routing_accuracy_metrics
+from avalanche_color.training.data_checks import DataChecksPlugin, DeferredLossCheck
 from benchmarks.host_reads import HostReads, counting
 from lora_sum_cases import tiny_vit as pooled_vit
 from streams import class_stream, domain_stream, tiny_vit
 
 TRAINING_BUDGET = 1  # per training step
 # Per evaluation batch, whatever the batch size and the number of experts: the images' finiteness check,
-# the mixed-expert prediction's read (experts/prediction.py), and, on the first batch after an experience
+# the mixed-expert prediction's read (experts/routed_vit.py), and, on the first batch after an experience
 # only, the experts' experiences read once for the routing accuracy (kept until an expert is added).
 EVAL_BUDGET = 3
 # With cache_evaluation, two more: the routed experts, read once per batch to look rows up, and, on the
@@ -53,7 +52,7 @@ STRATEGIES = {
 }
 # CL-LoRA's first step of each experience reads its heads' class and experience ids (two tolist, peers/cl_lora/
 # heads.py:66,71, from training_outputs' class_ids): add_experience replaced those buffers, so the kept host copies
-# (utils/host_values) are stale. Fixed by recording them there with keep_host_value: the ids are Python ints already.
+# (utils/state.py's host_value) are stale. Fixed by recording them there with keep_host_value: the ids are Python ints already.
 def count(name: str, experiences: int = 2, eval_mb_size: int = 16, loss_check_every=None) -> HostReads:
     counter = HostReads()
     strategy, stream = STRATEGIES[name](train_epochs=1, train_mb_size=16, eval_mb_size=eval_mb_size,

@@ -95,21 +95,26 @@ def test_every_import_goes_down() -> None:
 
 
 @pytest.mark.parametrize("source", [
-    "from avalanche_color.training.template import RoutedExpertsTemplate",  # experts -> training: up
-    "import avalanche_color.routing.router",  # lora -> routing: up
+    "from avalanche_color.training.strategy import RoutedExpertsTemplate",  # experts -> training: up
+    "import avalanche_color.experts.saved",  # routing -> experts: up
     "from avalanche_color import __version__",  # the top-level API imports everything
-    "from ..training import checkpoint",  # relative, still up
+    "from ..training import resume",  # relative, still up
     "def late():\n    from avalanche_color.color.model import ExpertViT",  # inside a function
 ])
 def test_the_check_sees_an_upward_import(source: str) -> None:
-    # Checked as if it were in the lora folder, below routing, experts and training.
-    assert len(upward_imports(source, "avalanche_color.lora.qv_experts")) == 1
+    # Checked as if it were in the routing folder, below experts, training and color.
+    assert len(upward_imports(source, "avalanche_color.routing.routers")) == 1
 
 
 def test_the_check_allows_own_folder_and_lower_layers() -> None:
-    source = ("from avalanche_color.lora.segments import Segments\nfrom avalanche_color.config import LoRAOptions\n"
-              "from .segments import ExpertSelection\nimport torch")
-    assert upward_imports(source, "avalanche_color.lora.qv_experts") == []
+    source = ("from avalanche_color.routing.classifiers import RandomFeatureRidge\n"
+              "from avalanche_color.lora import Segments\nfrom avalanche_color.config import LoRAOptions\n"
+              "from .classifiers import GaussianClassifier\nimport torch")
+    assert upward_imports(source, "avalanche_color.routing.routers") == []
+    # A layer that is one module (lora.py) is its own folder.
+    assert upward_imports("import torch\nfrom avalanche_color.config import LoRAOptions", "avalanche_color.lora") == []
+    assert upward_imports("import avalanche_color.routing.routers", "avalanche_color.lora") == [
+        "avalanche_color.lora:1 imports avalanche_color.routing.routers"]
     assert upward_imports("from avalanche_color.peers.prompts import new_prompts",
                           "avalanche_color.color.model") == ["avalanche_color.color.model:1 imports "
                                                              "avalanche_color.peers.prompts"]

@@ -36,7 +36,7 @@ def _gathered_triplet_rank(rank: int, port: int, out: str) -> None:
 
     from avalanche_color.peers.lora_sub.triplet_loss import augmented_triplet_loss
     from avalanche_color.training.distributed import init_distributed
-    from avalanche_color.training.step_collectives import gather_padded_rows
+    from avalanche_color.training.distributed import gather_padded_rows
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
                       WORLD_SIZE=str(len(ROWS)))

@@ -1,4 +1,4 @@
-"""A ViT cast to bfloat16: CoLoR's experts and heads stay float32 (avalanche_color.lora.dtypes), every kernel runs
+"""A ViT cast to bfloat16: CoLoR's experts and heads stay float32 (avalanche_color.lora.trained_dtype), every kernel runs
 with or without autocast, SGD's small updates are kept, and a short training ends where a float32 ViT's does.
 The LoRA-sum layer (SD-LoRA, InfLoRA, LoRA subtraction) and L2P's pool and head keep float32 weights likewise."""
 
@@ -12,7 +12,7 @@ from avalanche.training.plugins import EvaluationPlugin
 from torch import nn
 
 from avalanche_color import CoLoR, ExpertViT, SPrompts
-from avalanche_color.lora.dtypes import trained_dtype
+from avalanche_color.lora import trained_dtype
 from avalanche_color.peers.l2p.model import L2PViT
 from avalanche_color.peers.lora_sum.layer import LoRASumQKV, Mixing
 from helpers import quiet_evaluator, stream_metric, train_all

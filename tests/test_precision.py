@@ -13,7 +13,7 @@ from avalanche.core import SupervisedPlugin
 from avalanche_color import L2P, CoLoR, InfLoRA, SDLoRA, SPrompts
 from avalanche_color.peers.cl_lora.strategy import CLLoRA
 from avalanche_color.peers.lora_sub.strategy import LoRASubtraction
-from avalanche_color.training.precision import autocast, grad_scaler
+from avalanche_color.training.strategy import autocast, grad_scaler
 from helpers import quiet_evaluator, stream_metric, train_all
 from lora_sum_cases import tiny_vit as pooled_vit
 from streams import class_stream, domain_stream, tiny_vit
@@ -99,7 +99,7 @@ def test_16_mixed_trains_with_a_gradient_scaler(name, one_thread):
                                 evaluator=quiet_evaluator(), **({"grad_clip_norm": 1.0} if name == "L2P" else {}))
     benchmark = class_stream(num_experiences=1) if name == "L2P" else domain_stream(1)
     strategy.train(benchmark.train_stream[0])
-    assert isinstance(strategy._grad_scaler, torch.amp.GradScaler)
+    assert isinstance(strategy.precision.scaler, torch.amp.GradScaler)
     assert probe.dtypes == {torch.float32} and probe.changed > 0.3
 
 
@@ -143,7 +143,7 @@ BFLOAT16_VIT_CASES = [(name, precision) for name in ("CoLoR", "L2P", "SD-LoRA", 
 @pytest.mark.parametrize("name, precision", BFLOAT16_VIT_CASES)
 def test_a_bfloat16_vit_trains_float32_weights_that_change_per_step_as_with_a_float32_vit(name, precision, one_thread):
     # The trained weights (experts, components, magnitudes, prompts, keys, heads) are float32 beside a bfloat16 ViT
-    # (avalanche_color.lora.dtypes): no warning, and the first step at lr 1e-3 changes as many trained entries as
+    # (avalanche_color.lora.trained_dtype): no warning, and the first step at lr 1e-3 changes as many trained entries as
     # with a float32 ViT. Kept bfloat16 (before), the step was lost on many: measured (CPU) 0.37 of L2P's entries
     # against 0.57, SD-LoRA 0.47 against 0.56, InfLoRA 0.88 against 1.0, LoRA-Sub 0.85 against 1.0, CoLoR's A none.
     full = first_step(name, "32-true", 1e-3)

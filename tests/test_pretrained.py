@@ -104,7 +104,7 @@ def test_a_failed_save_leaves_the_earlier_one_whole_and_no_temporary_folder(trai
             file.write(b"half")
         raise OSError("disk full")
 
-    monkeypatch.setattr("avalanche_color.experts.integrity.save_file", broken_save_file)
+    monkeypatch.setattr("avalanche_color.experts.saved.save_file", broken_save_file)
     with pytest.raises(OSError, match="disk full"):
         other.save_pretrained(folder)
     assert saved_files(folder) == before

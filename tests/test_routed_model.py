@@ -13,10 +13,7 @@ from torch.utils.data import TensorDataset
 
 from avalanche_color import (CoLoR, ExpertViT, LoRAExpertsPlugin, PromptExpertViT, PrototypeRouterPlugin,
                              RoutingOptions, SPrompts)
-from avalanche_color.routing.class_router import ClassRouter
-from avalanche_color.routing.oracle import OracleRouter
-from avalanche_color.routing.router import PrototypeRouter, Router
-from avalanche_color.routing.routers import make_router
+from avalanche_color.routing.routers import ClassRouter, OracleRouter, PrototypeRouter, Router, make_router
 from helpers import UNSATURATED, quiet_evaluator, stream_metric, tiny_color, train_all
 from streams import class_stream, domain_stream, tiny_vit
 

@@ -5,10 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from avalanche_color.routing.class_router import ClassRouter
-from avalanche_color.routing.gaussian import GaussianClassifier
-from avalanche_color.routing.router import PrototypeRouter
-from avalanche_color.utils.precision import full_precision
+from avalanche_color.routing.routers import ClassRouter, PrototypeRouter
+from avalanche_color.routing.classifiers import GaussianClassifier, full_precision
 
 WIDTH = 64
 

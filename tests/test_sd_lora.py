@@ -137,7 +137,7 @@ def test_a_reloaded_model_scores_the_network_as_trained(tmp_path):
         if options:  # as an older version wrote it: without these options, nor a copy of the config in the weights
             from safetensors.torch import load_file, save_file
 
-            from avalanche_color.experts.integrity import file_record
+            from avalanche_color.experts.saved import file_record
 
             weights = folder / "weights.safetensors"
             save_file(load_file(str(weights)), str(weights))

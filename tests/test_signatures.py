@@ -24,7 +24,7 @@ from avalanche_color import (CLLoRA, CLLoRAConfig, ConfiguredStrategy, DataCheck
                              LoRASubtractionConfig)
 from avalanche_color import config as config_module
 from avalanche_color.config import LoaderOptions
-from avalanche_color.utils.options import Options
+from avalanche_color.utils.checks import Options
 from helpers import quiet_evaluator
 from streams import tiny_vit
 

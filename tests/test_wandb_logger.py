@@ -189,7 +189,7 @@ def test_the_logger_prints_nothing_while_training_even_when_wandb_is_not_silence
 def test_strategy_options_are_a_package_strategys_config_or_an_avalanche_strategys_sizes():
     from avalanche.training import Naive
 
-    from avalanche_color.evaluation.wandb_values import strategy_options
+    from avalanche_color.evaluation.wandb_logger import strategy_options
 
     color = CoLoR(tiny_vit(0), rank=4, k=3, evaluator=EvaluationPlugin(loggers=[]))
     assert strategy_options(color) == {"strategy": "CoLoR", **color.config.as_dict()}
@@ -200,7 +200,7 @@ def test_strategy_options_are_a_package_strategys_config_or_an_avalanche_strateg
 
 
 def test_the_accuracy_matrix_takes_the_latest_evaluation_per_row_and_avalanches_forgetting():
-    from avalanche_color.evaluation.accuracy_matrix import AccuracyMatrix
+    from avalanche_color.evaluation.metrics import AccuracyMatrix
 
     def acc(experience: int) -> str:
         return f"Top1_Acc_Exp/eval_phase/test_stream/Task000/Exp{experience:03d}"
@@ -247,7 +247,7 @@ def test_each_kind_of_metric_value_becomes_the_wandb_object_avalanches_logger_lo
     import wandb
     from avalanche.evaluation.metric_results import AlternativeValues, TensorImage
 
-    from avalanche_color.evaluation.wandb_values import wandb_value
+    from avalanche_color.evaluation.wandb_logger import wandb_value
 
     image = Image.fromarray(np.zeros((4, 4, 3), dtype=np.uint8))
     assert isinstance(wandb_value(wandb, image), wandb.Image)

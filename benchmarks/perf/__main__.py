@@ -14,7 +14,7 @@ from timm.data import resolve_data_config
 from torch import nn
 
 from avalanche_color import InfLoRAConfig, InfLoRAViT, SDLoRAConfig, SDLoRAViT, fit_prototypes
-from avalanche_color.routing.class_router import ClassRouter
+from avalanche_color.routing.routers import ClassRouter
 from benchmarks.perf.cli import parse_args
 from benchmarks.perf.kernels import kernel_section
 from benchmarks.perf.learner import grown

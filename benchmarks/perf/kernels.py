@@ -4,7 +4,7 @@
     python -m benchmarks.perf.kernels          # only the operator counts, printed (seconds on a CPU)
 
 ``segments`` sorts a batch by expert and computes each expert on its run of samples; ``gathered``
-gathers each sample's expert factors and head (:mod:`avalanche_color.experts.prediction`).
+gathers each sample's expert factors and head (:mod:`avalanche_color.experts.routed_vit`).
 Operators are counted on the CPU with a ``TorchDispatchMode``: every ATen operator that computes
 (views and other metadata-only operators left out). On a GPU each of them launches at least one
 kernel, so their number per forward is the launch count, less what a fused attention or a cuBLAS
@@ -22,7 +22,7 @@ import timm
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from avalanche_color.experts.prediction import predict
+from avalanche_color.experts.routed_vit import predict
 from benchmarks.perf.report import machine
 from benchmarks.perf.timing import Variant, interleaved, per_round
 from benchmarks.perf.workloads import build_color

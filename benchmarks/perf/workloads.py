@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import v2
 
 from avalanche_color import ExpertViT
-from avalanche_color.routing.class_router import ClassRouter
+from avalanche_color.routing.routers import ClassRouter
 from benchmarks.perf.sizes import CLASS_ROUTERS, CLASSES, ROUTER_WIDTH
 
 

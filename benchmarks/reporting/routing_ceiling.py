@@ -31,10 +31,10 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 
 from avalanche_color import ExpertViT, PromptExpertViT
-from avalanche_color.experts.model_state import restore_model_extras
+from avalanche_color.experts.saved import restore_model_extras
 from avalanche_color.experts.routed_vit import RoutedExpertViT
-from avalanche_color.routing.class_router import ClassRouter
-from avalanche_color.training.checkpoint import read_checkpoint
+from avalanche_color.routing.routers import ClassRouter
+from avalanche_color.training.resume import read_checkpoint
 from avalanche_color.benchmarks import benchmark_spec
 from avalanche_color.runner import RunConfig, build_stream, load_backbone
 from avalanche_color.runner.run import slug
