@@ -1,6 +1,6 @@
-"""CL-LoRA's model: a frozen ViT with CL-LoRA's adapters (:mod:`~avalanche_color.peers.cl_lora.adapters`), a
-cosine proxy head per experience for training and class prototypes for evaluation
-(:mod:`~avalanche_color.peers.cl_lora.heads`).
+"""CL-LoRA's model: a frozen ViT with CL-LoRA's adapters (:class:`AdapterBank`), a cosine proxy head per
+experience for training and class prototypes for evaluation (:class:`ExperienceHeads`), read top to bottom
+from the qkv layer to :class:`CLLoRAViT`.
 
 What comes from where (authors' code JiangpengHe/CL-LoRA at df4e74e, ``backbone/vit_cllora.py``,
 ``utils/inc_net.py`` ``OurNet``):
@@ -14,6 +14,30 @@ What comes from where (authors' code JiangpengHe/CL-LoRA at df4e74e, ``backbone/
   experience). The shared blocks run once, then the task-specific ones per experience.
 * Features are ``forward_head(norm(tokens), pre_logits=True)``: the code's CLS after the final norm on a
   ViT with token pooling (every ViT the code runs).
+
+**The layer** (:class:`CLLoRAQKV`): a fused qkv layer with one LoRA update on q and v, chosen by the caller
+per forward. The authors' ``Attention_lora`` adds ``w_q U_q D_q x`` to q and ``w_v U_v D_v x`` to v, where x
+is the block's ``norm1`` output, D (r x d) the down and U (d x r) the up projection, no scaling, k untouched.
+Unlike SD-LoRA and InfLoRA nothing is summed: each forward runs one adapter per block (the shared
+one, its distillation teacher's, or one experience's task-specific one), so the layer holds no
+adapter; the model passes it a :class:`QVUpdate`.
+
+**The adapters** (:class:`AdapterBank`; ``backbone/vit_cllora.py`` of the authors' code) and the token paths
+through them:
+
+* Shared blocks (``general_pos``, the first ones): one :class:`QVAdapter` each for the whole stream, its
+  D frozen from the start, its U trained in every experience and never reset, coefficient 1. The
+  distillation teacher is a copy of the shared U's at the previous experience's end (its D's are the
+  shared ones, which never change).
+* Task-specific blocks (``specfic_pos``, the rest): per experience one new adapter each (D and U train,
+  frozen after it) and block weights (3 x task-specific blocks, rows q, k, v, init U(0.5, 1.5)); row q
+  scales q's update and row v v's, row k is unused in the forward (but in the orthogonality term).
+
+**The heads** (:class:`ExperienceHeads`; ``utils/inc_net.py`` ``OurNet`` and ``backbone/linears.py`` of the
+authors' code): the cosine proxy head each experience trains with (:func:`cosine_logits`), and the class
+prototypes it leaves. One row per (class, experience): its class, its experience and its prototype (zeros
+until the experience ends). On a class-incremental stream that is one row per class, the code's diagonal
+blocks of ``fc``; a class that returns in a later experience (a domain stream) gets another row.
 """
 
 from __future__ import annotations
@@ -21,24 +45,233 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple, Optional, TypeVar
 
 import torch
 from avalanche.models import DynamicModule
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 from avalanche_color.experts.routed_vit import (backbone_images, check_classes, check_experience_images,
                                                 check_vision_transformer)
-from avalanche_color.lora import trained_dtype
-from avalanche_color.peers.cl_lora.adapters import AdapterBank
+from avalanche_color.lora import block_forward, trained_dtype
 from avalanche_color.peers.cl_lora.config import CLLoRAConfig
-from avalanche_color.peers.cl_lora.heads import ExperienceHeads
-from avalanche_color.peers.cl_lora.layer import CLLoRAQKV
-from avalanche_color.peers.lora_sum.files import load_folder, save_folder
+from avalanche_color.peers.lora_sum.model import load_folder, save_folder
 from avalanche_color.utils.experiences import experience_classes, origin_experience
 from avalanche_color.utils.files import PathLike
-from avalanche_color.utils.state import take_stored_shapes
+from avalanche_color.utils.state import host_value, keep_host_value, take_stored_shapes
+
+
+@dataclass(frozen=True)
+class QVUpdate:
+    """The update of one forward: index 0 is q, index 1 is v.
+
+    Attributes:
+        down: (2, r, d), D.
+        up: (2, d, r), U.
+        weights: (2,), the block weights of q and v (a task-specific block); None: 1 (a shared block).
+    """
+
+    down: Tensor
+    up: Tensor
+    weights: Optional[Tensor] = None
+
+
+def orthonormal_down(width: int, rank: int, generator: torch.Generator) -> Tensor:
+    """(rank, width) ``Qᵀ`` of the reduced QR of a uniform [0, 1) (width x rank) matrix (the code's
+    ``Adapter_lora`` init; rows orthonormal, not Haar-distributed). Drawn in float32, the QR in float64."""
+    q, _ = torch.linalg.qr(torch.rand(width, rank, generator=generator).double())
+    return q.T.contiguous()
+
+
+class QVAdapter(nn.Module):
+    """One block's LoRA on q and v: ``down`` (2, r, d) orthonormal rows per part, ``up`` (2, d, r) zeros
+    (a new adapter changes nothing). The generator draws q's D, then v's."""
+
+    def __init__(self, width: int, rank: int, generator: torch.Generator, like: Tensor) -> None:
+        super().__init__()
+        down = torch.stack([orthonormal_down(width, rank, generator) for _ in range(2)])
+        self.down = nn.Parameter(down.to(like.device, like.dtype))
+        self.up = nn.Parameter(like.new_zeros(2, width, rank))
+
+
+class CLLoRAQKV(nn.Module):
+    """One timm ``attn.qkv`` (kept frozen as ``base_layer``) plus the update it is given.
+
+    Args:
+        base_layer: the fused ``nn.Linear`` whose output is ``[q | k | v]``.
+    """
+
+    def __init__(self, base_layer: nn.Linear) -> None:
+        super().__init__()
+        if base_layer.out_features % 3:
+            raise ValueError(f"base_layer must be a fused qkv projection with 3*d outputs, "
+                             f"got out_features={base_layer.out_features}")
+        self.base_layer = base_layer
+        self.width = base_layer.out_features // 3
+
+    @property
+    def in_features(self) -> int:
+        return self.base_layer.in_features
+
+    def forward(self, x: Tensor, update: Optional[QVUpdate] = None) -> Tensor:
+        """``[q + w_q U_q D_q x | k | v + w_v U_v D_v x]``; ``[q | k | v]`` without an update."""
+        out = self.base_layer(x)
+        if update is None:
+            return out
+        q, k, v = out.split(self.width, dim=-1)
+        # The float32 factors computed in the tokens' dtype (a bfloat16 ViT's), as autocast casts a weight.
+        low = [(x @ update.down[i].T.to(x.dtype)) @ update.up[i].T.to(x.dtype) for i in range(2)]
+        if update.weights is not None:
+            low = [update.weights[i].to(x.dtype) * low[i] for i in range(2)]
+        return torch.cat((q + low[0], k, v + low[1]), dim=-1)
+
+
+class AdapterBank(nn.Module):
+    """The shared adapters, their teacher, and each experience's task-specific adapters and block weights.
+
+    Args:
+        num_blocks, num_shared: the ViT's blocks and how many first ones are shared.
+        width, rank: the qkv layers' input width and the adapters' rank.
+        generator: draws the shared adapters' D's (block by block, q then v).
+        like: a tensor of the trained weights' dtype (float32 beside a bfloat16 ViT) and the backbone's device.
+    """
+
+    teacher_up: Tensor
+
+    def __init__(self, num_blocks: int, num_shared: int, width: int, rank: int, generator: torch.Generator,
+                 like: Tensor) -> None:
+        super().__init__()
+        self.num_shared, self.num_specific, self.width, self.rank = num_shared, num_blocks - num_shared, width, rank
+        self.shared = nn.ModuleList(QVAdapter(width, rank, generator, like) for _ in range(num_shared))
+        self.register_buffer("teacher_up", like.new_zeros(num_shared, 2, width, rank))
+        self.specific = nn.ModuleList()  # per experience: a ModuleList of one QVAdapter per task-specific block
+        self.block_weights = nn.ParameterList()  # per experience: (3, task-specific blocks)
+
+    def add_experience(self, generator: torch.Generator, like: Tensor) -> None:
+        """New task-specific adapters (block by block, q then v), then block weights U(0.5, 1.5)."""
+        self.specific.append(nn.ModuleList(QVAdapter(self.width, self.rank, generator, like)
+                                           for _ in range(self.num_specific)))
+        weights = torch.rand(3, self.num_specific, generator=generator, dtype=torch.float64) + 0.5
+        self.block_weights.append(nn.Parameter(weights.to(like.device, like.dtype)))
+
+    @torch.no_grad()
+    def snapshot_teacher(self) -> None:
+        """The shared U's as they are now become the distillation teacher."""
+        if self.num_shared:
+            self.teacher_up.copy_(torch.stack([adapter.up for adapter in self.shared]))
+
+    def shared_tokens(self, blocks: nn.Sequential, tokens: Tensor, teacher: bool = False) -> Tensor:
+        """Through the shared blocks with the shared adapters (``teacher``: the teacher's U's instead)."""
+        for index, adapter in enumerate(self.shared):
+            up = self.teacher_up[index] if teacher else adapter.up
+            tokens = block_forward(blocks[index], tokens, QVUpdate(adapter.down, up))  # type: ignore[arg-type]
+        return tokens
+
+    def specific_tokens(self, blocks: nn.Sequential, tokens: Tensor, experience: int) -> Tensor:
+        """Through the task-specific blocks with ``experience``'s adapters and its q and v block weights."""
+        weights = self.block_weights[experience]
+        for j, adapter in enumerate(self.specific[experience]):
+            update = QVUpdate(adapter.down, adapter.up, weights[0::2, j])
+            tokens = block_forward(blocks[self.num_shared + j], tokens, update)  # type: ignore[arg-type]
+        return tokens
+
+
+def cosine_logits(features: Tensor, weight: Tensor, sigma: Tensor) -> Tensor:
+    """``σ cos(f, w_c)`` per class c (``CosineLinearFeature``; ``F.normalize``'s eps 1e-12 on both), in the
+    weight's dtype (a bfloat16 ViT's features are lifted to the float32 proxy)."""
+    return sigma * (F.normalize(features.to(weight.dtype), dim=1) @ F.normalize(weight, dim=1).T)
+
+
+class ExperienceHeads(nn.Module):
+    """Per experience: a proxy head ``σ cos(f, w_c)`` over its classes, its prototypes, whether it is finished.
+
+    Args:
+        features: the width of the features.
+        like: a tensor of the trained weights' dtype (float32 beside a bfloat16 ViT) and the backbone's device.
+    """
+
+    finished: Tensor
+    row_classes: Tensor
+    row_experience: Tensor
+    prototypes: Tensor
+    ROWS = ("finished", "row_classes", "row_experience", "prototypes")  # buffers that grow with the stream
+
+    def __init__(self, features: int, like: Tensor) -> None:
+        super().__init__()
+        self.proxy_weights = nn.ParameterList()  # per experience: (its classes, features)
+        self.proxy_sigmas = nn.ParameterList()  # per experience: (1,), σ
+        self.register_buffer("finished", torch.zeros(0, dtype=torch.bool, device=like.device))
+        self.register_buffer("row_classes", torch.zeros(0, dtype=torch.long, device=like.device))
+        self.register_buffer("row_experience", torch.zeros(0, dtype=torch.long, device=like.device))
+        self.register_buffer("prototypes", like.new_zeros(0, features))
+
+    def add_experience(self, classes: list[int], generator: torch.Generator) -> None:
+        """A proxy head over ``classes`` (w uniform in ±1/√features, σ = 1) and their prototype rows."""
+        like, e = self.prototypes, len(self.finished)
+        bound = 1 / like.shape[1] ** 0.5
+        weight = (torch.rand(len(classes), like.shape[1], generator=generator, dtype=torch.float64) * 2 - 1) * bound
+        self.proxy_weights.append(nn.Parameter(weight.to(like.device, like.dtype)))
+        self.proxy_sigmas.append(nn.Parameter(like.new_ones(1)))
+        # The new rows are known on the host: kept beside the grown buffers, so that the experience's
+        # first training step reads none of them back from the device.
+        finished = self.finished_experiences() + [False]
+        row_classes = host_value(self, "classes", self.row_classes, lambda t: t.tolist()) + list(classes)
+        row_experience = host_value(self, "rows", self.row_experience, lambda t: t.tolist()) + [e] * len(classes)
+        self.finished = torch.cat((self.finished, self.finished.new_zeros(1)))
+        self.row_classes = torch.cat((self.row_classes, torch.tensor(classes, device=like.device)))
+        self.row_experience = torch.cat((self.row_experience, self.row_experience.new_full((len(classes),), e)))
+        self.prototypes = torch.cat((self.prototypes, like.new_zeros(len(classes), like.shape[1])))
+        keep_host_value(self, "finished", self.finished, finished)
+        keep_host_value(self, "classes", self.row_classes, row_classes)
+        keep_host_value(self, "rows", self.row_experience, row_experience)
+
+    def finished_experiences(self) -> list[bool]:
+        """Per experience, whether it is finished (read on the host once per change)."""
+        return host_value(self, "finished", self.finished, lambda t: [bool(f) for f in t.tolist()])
+
+    def training_experience(self) -> Optional[int]:
+        """The experience being learned: the newest, until :meth:`finish`; None after."""
+        finished = self.finished_experiences()
+        return len(finished) - 1 if finished and not finished[-1] else None
+
+    def rows(self, experience: int) -> list[int]:
+        experiences = host_value(self, "rows", self.row_experience, lambda t: t.tolist())
+        return [i for i, e in enumerate(experiences) if e == experience]
+
+    def class_ids(self, experience: int) -> list[int]:
+        """``experience``'s classes, in the order of its proxy head's and prototypes' rows."""
+        classes = host_value(self, "classes", self.row_classes, lambda t: t.tolist())
+        return [classes[i] for i in self.rows(experience)]
+
+    def proxy_logits(self, features: Tensor, experience: int) -> Tensor:
+        return cosine_logits(features, self.proxy_weights[experience], self.proxy_sigmas[experience])
+
+    def prototype_logits(self, features: dict[int, Tensor], num_classes: int) -> Tensor:
+        """(batch, ``num_classes``): per class, its best ``cos(f_e, proto)`` over the experiences e of ``features``
+        (experience -> the feature of its network) that trained it; ``-inf`` for the other classes."""
+        scores = None
+        for e, f in features.items():
+            cos = F.normalize(f.to(self.prototypes.dtype), dim=1) @ F.normalize(self.prototypes[self.rows(e)], dim=1).T
+            if scores is None:
+                scores = cos.new_full((cos.shape[0], num_classes), float("-inf"))
+            classes = self.class_ids(e)
+            scores[:, classes] = torch.maximum(scores[:, classes], cos)
+        if scores is None:
+            raise ValueError("prototype_logits needs the features of at least one experience, got none")
+        return scores
+
+    @torch.no_grad()
+    def set_prototypes(self, experience: int, prototypes: Tensor) -> None:
+        self.prototypes[self.rows(experience)] = prototypes.to(self.prototypes.dtype)
+
+    @torch.no_grad()
+    def finish(self) -> None:
+        if len(self.finished):
+            self.finished[-1] = True
+
 
 Model = TypeVar("Model", bound="CLLoRAViT")
 _BLOCK_WEIGHTS = re.compile(r"^adapters\.block_weights\.(\d+)$")

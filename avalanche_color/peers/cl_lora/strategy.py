@@ -1,23 +1,43 @@
 """CL-LoRA as an Avalanche strategy (He, Duan, Zhu, "CL-LoRA: Continual Low-Rank Adaptation for
-Rehearsal-Free Class-Incremental Learning", CVPR 2025; code JiangpengHe/CL-LoRA).
+Rehearsal-Free Class-Incremental Learning", CVPR 2025; code JiangpengHe/CL-LoRA), and its training terms
+as plain functions: the losses, the two steps of a batch, the class prototypes.
 
 The model and each choice with its source: :mod:`avalanche_color.peers.cl_lora.model`. Training, from
 ``models/cllora.py``: per experience a fresh SGD (momentum, weight decay) over what trains, its rate
 annealed per epoch to 0; the cross-entropy of the proxy head over the experience's classes; from the
 second experience on, the distillation of the shared blocks and two SGD steps per batch
-(:mod:`~avalanche_color.peers.cl_lora.steps`); at the experience's end its class prototypes
-(:mod:`~avalanche_color.peers.cl_lora.prototypes`), then everything of it is frozen.
+(:func:`two_step_gradients`); at the experience's end its class prototypes (:func:`experience_prototypes`),
+then everything of it is frozen.
 Our choices: both steps' gradients at the batch's parameters (the code's literal sequence fails on
 current torch). Under torchrun the steps run without DDP: each step's gradients are averaged over the
 ranks before it (:func:`~avalanche_color.training.distributed.average_gradients`), and the prototype
 pass runs over the experience's whole data on every rank, so the ranks stay equal to one process.
+
+**The losses** (``models/cllora.py`` and ``backbone/linears.py`` of the authors' code; the cosine proxy head
+is the model's, :func:`~avalanche_color.peers.cl_lora.model.cosine_logits`): the distillation of the shared
+blocks, the gradient reassignment of that distillation, and the orthogonality of the block weights.
+
+**One batch** (``_init_train`` of ``models/cllora.py``; its schedule, ``CosineAnnealingLR`` stepped per epoch,
+is the strategies' ``restart_cosine_per_epoch``). From the second experience on, the code takes two SGD
+steps per batch on one optimiser: step 1 on the distillation loss alone, its gradient of each shared U
+reassigned row by row; step 2 on the cross-entropy plus the orthogonality term. Its step 2 backpropagates
+a graph built before step 1; current torch refuses that (the tensors it saved were changed in place), so
+here both gradients are taken at the batch's parameters before step 1, which is what the code's graph
+describes (:func:`two_step_gradients`). A parameter without a distillation gradient (the specific adapters,
+the block weights) is left out of step 1, as SGD skips a ``None`` gradient: no decay, no momentum.
+
+**The class prototypes** (``replace_fc`` of ``models/cllora.py``): per class of an experience, the mean raw
+feature of its training images (evaluation transforms) under that experience's network, computed when the
+experience ends and never updated (:func:`experience_prototypes`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Callable, ClassVar, Optional, Sequence, Union
 
 import torch
+from avalanche.benchmarks.utils.data_loader import collate_from_data_or_kwargs
 from avalanche.core import BasePlugin
 from avalanche.training.plugins import EvaluationPlugin
 from avalanche.training.plugins.evaluation import default_evaluator
@@ -25,15 +45,102 @@ from torch import Tensor, nn
 
 from avalanche_color.config import Precision
 from avalanche_color.peers.cl_lora.config import CLLoRAConfig, SecondStepGradient
-from avalanche_color.peers.cl_lora.losses import distillation_loss, orthogonality_loss
 from avalanche_color.peers.cl_lora.model import CLLoRAViT
-from avalanche_color.peers.cl_lora.prototypes import collate_options, experience_prototypes
-from avalanche_color.peers.cl_lora.steps import set_gradients, two_step_gradients
 from avalanche_color.peers.lora_sum.strategy import LORA_SUM
-from avalanche_color.training.strategy import ConfiguredStrategy
 from avalanche_color.training.distributed import average_gradients
 from avalanche_color.training.loaders import data_loader, loader_options
+from avalanche_color.training.strategy import ConfiguredStrategy
 from avalanche_color.utils.experiences import ends_experience, origin_experience
+from avalanche_color.utils.rng import generators_untouched
+
+
+def distillation_loss(student: Tensor, teacher: Tensor, temperature: float) -> Tensor:
+    """``-(1/B) Σ_b Σ_c softmax(z_T/T)_c log_softmax(z_S/T)_c`` (``_KD_loss``: no T², the teacher's
+    logits not detached, so the loss also reaches the head through them)."""
+    soft = torch.softmax(teacher / temperature, dim=1)
+    return -(soft * torch.log_softmax(student / temperature, dim=1)).sum() / student.shape[0]
+
+
+def reassignment_weights(teacher_up: Tensor) -> Tensor:
+    """Per row i of the teacher's up projection U (..., d, r): ``d n_i / Σ_j n_j`` with ``n_i = ||U[i, :]||``
+    (mean 1); the distillation gradient of the shared U is multiplied row by row by it. A teacher whose
+    U is all zeros (no step ever taken) gives weights 1, where the code would divide 0 by 0."""
+    norms = torch.linalg.vector_norm(teacher_up, dim=-1)
+    total = norms.sum(dim=-1, keepdim=True)
+    return torch.where(total > 0, norms.shape[-1] * norms / torch.where(total > 0, total, 1), 1.0)
+
+
+def orthogonality_loss(earlier: Sequence[Tensor], current: Tensor, eps: float = 1e-8) -> Tensor:
+    """``mean_j |<w_j / (||w_j|| + eps), w / (||w|| + eps)>|`` over the flattened block weights (all three
+    rows, the unused k row included: ``compute_orthogonality_loss``); 0 without earlier ones."""
+    if not earlier:
+        return current.new_zeros(())
+    unit = current.flatten() / (torch.linalg.vector_norm(current.flatten()) + eps)
+    dots = [(w.flatten() / (torch.linalg.vector_norm(w.flatten()) + eps) * unit).sum().abs() for w in earlier]
+    return torch.stack(dots).mean()
+
+
+Gradients = list[Optional[Tensor]]
+
+
+def two_step_gradients(parameters: Sequence[nn.Parameter], loss: Tensor, kd_loss: Tensor,
+                       shared_up: Sequence[nn.Parameter], teacher_up: Tensor) -> tuple[Gradients, Gradients]:
+    """(step 1's gradients: the distillation's, reassigned; step 2's: ``loss``'s), both at the current
+    parameters, in the order of ``parameters``."""
+    second = list(torch.autograd.grad(loss, parameters, retain_graph=True, allow_unused=True))
+    first = list(torch.autograd.grad(kd_loss, parameters, allow_unused=True))
+    position = {id(p): i for i, p in enumerate(parameters)}
+    for index, up in enumerate(shared_up):
+        i = position[id(up)]
+        if first[i] is not None:
+            first[i] = first[i] * reassignment_weights(teacher_up[index]).unsqueeze(-1).to(first[i].dtype)
+    return first, second
+
+
+def set_gradients(parameters: Sequence[nn.Parameter], gradients: Gradients) -> None:
+    for parameter, gradient in zip(parameters, gradients):
+        parameter.grad = gradient
+
+
+def collate_options(dataset: Any) -> dict[str, Any]:
+    """The data set's own collate function, as Avalanche's loaders take it."""
+    collate: dict[str, Any] = {}
+    collate_from_data_or_kwargs(dataset, collate)
+    return collate
+
+
+def experience_prototypes(model: CLLoRAViT, experience: int, batches: Iterable[Any]) -> Tensor:
+    """:func:`class_means` in eval mode (then the mode as it was), the random generators left as they were."""
+    was_training = model.training
+    model.eval()
+    try:
+        with generators_untouched():
+            return class_means(model, experience, batches, model.device)
+    finally:
+        model.train(was_training)
+
+
+@torch.no_grad()
+def class_means(model: CLLoRAViT, experience: int, batches: Iterable[Any], device: torch.device) -> Tensor:
+    """(classes, features): the mean of ``model.experience_features`` per class of ``experience``, in the
+    order of ``model.experiences.class_ids(experience)``; summed in float64. A class with no image keeps zeros."""
+    classes = model.experiences.class_ids(experience)
+    local = torch.full((max(classes) + 1,), -1, dtype=torch.long, device=device)
+    local[classes] = torch.arange(len(classes), device=device)
+    sums, counts = None, torch.zeros(len(classes), dtype=torch.float64, device=device)
+    for batch in batches:
+        x, y = batch[0].to(device), batch[1].to(device)
+        features = model.experience_features(x, experience).double()
+        keep = (y <= local.shape[0] - 1) & (local[y.clamp(max=local.shape[0] - 1)] >= 0)
+        index = local[y[keep]]
+        if sums is None:
+            sums = features.new_zeros(len(classes), features.shape[1])
+        sums.index_add_(0, index, features[keep])
+        counts.index_add_(0, index, torch.ones_like(index, dtype=torch.float64))
+    if sums is None:
+        return model.experiences.prototypes.new_zeros(len(classes), model.experiences.prototypes.shape[1])
+    return sums / counts.clamp_min(1).unsqueeze(1)
+
 
 CL_LORA_PLUGINS = {**LORA_SUM, "LRSchedulerPlugin": (
     "the strategy builds a fresh SGD and its per-epoch cosine schedule per experience; a scheduler bound to "

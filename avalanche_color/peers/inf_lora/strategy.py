@@ -1,8 +1,8 @@
 """InfLoRA as an Avalanche strategy (Liang & Li, "InfLoRA: Interference-Free Low-Rank Adaptation for
 Continual Learning", CVPR 2024; code liangyanshuo/InfLoRA).
 
-The model and each choice with its source: :mod:`avalanche_color.peers.inf_lora.model` and
-:mod:`~avalanche_color.peers.inf_lora.subspace`. Training, from ``methods/inflora.py``: before
+The model and each choice with its source, its protected subspaces included:
+:mod:`avalanche_color.peers.inf_lora.model`. Training, from ``methods/inflora.py``: before
 the task, one pass over its training data (the training loader, no gradients) measures each
 layer's inputs and designs ``A_t``; the task trains ``B_t`` and the classifier with the
 cross-entropy over its own classes' logits (the code's current ``classifier_pool`` entry
@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from avalanche_color.config import Precision
 from avalanche_color.peers.inf_lora.config import InfLoRAConfig, Optimizer, Schedule
 from avalanche_color.peers.inf_lora.model import InfLoRAViT
-from avalanche_color.peers.lora_sum.covariances import input_covariances
+from avalanche_color.peers.lora_sum.model import input_covariances
 from avalanche_color.peers.lora_sum.strategy import LoRASumTemplate
 from avalanche_color.training.loaders import data_loader, loader_options
 from avalanche_color.utils.experiences import origin_experience

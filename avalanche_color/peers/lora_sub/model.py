@@ -13,8 +13,10 @@ What comes from where (Liu & Chang, CVPR 2025; the authors' code scarlet0703/LoR
 * One linear head per task over its classes (``classifier_pool``) for the cross-entropy: here the one
   growing head of the LoRA-sum family, its loss over the current classes only; the rows of a class
   that returns (a domain stream) are drawn afresh, as a new task's head would be.
-* Evaluation by the nearest class mean (:mod:`~avalanche_color.peers.lora_sub.prototypes`), one
-  prototype per (class, experience) that trained it, never updated; the head is not used.
+* Evaluation by the nearest class mean (:func:`nearest_mean_logits`: ``argmin_c ||c/||c|| - f/(||f|| + 1e-8)||^2``,
+  the code's ``_eval_model`` with scipy's ``cdist(..., 'sqeuclidean')``), one prototype per (class, experience)
+  that trained it, never updated; the head is not used. The prototypes are computed by the strategy at each
+  experience's end (:func:`~avalanche_color.peers.lora_sub.strategy.class_means`).
 """
 
 from __future__ import annotations
@@ -28,14 +30,13 @@ from torch import Tensor, nn
 from avalanche_color.experts.routed_vit import backbone_dtype, backbone_images
 from avalanche_color.lora import expert_tokens
 from avalanche_color.peers.lora_sub.config import LoRASubtractionConfig
-from avalanche_color.peers.lora_sub.prototypes import nearest_mean_logits
-from avalanche_color.peers.lora_sum.layer import Mixing, Part
-from avalanche_color.peers.lora_sum.model import LoRASumViT
+from avalanche_color.peers.lora_sum.model import LoRASumViT, Mixing, Part
 from avalanche_color.utils.rng import seeded
 from avalanche_color.utils.state import take_stored_shapes
 
 SPARSE_STD = 0.01  # nn.init.sparse_'s default, which the code keeps
 GROWING = ("prototypes", "prototype_classes", "prototype_experiences", "projections")
+FEATURE_EPS = 1e-8  # the code's EPSILON in f / (||f|| + eps)
 
 
 class LoRASubtractionViT(LoRASumViT):
@@ -167,3 +168,16 @@ class LoRASubtractionViT(LoRASumViT):
     def load_experts_state_dict(self, state: dict[str, Tensor]) -> None:
         take_stored_shapes(self, state, "", GROWING)
         super().load_experts_state_dict(state)
+
+
+def nearest_mean_logits(features: Tensor, prototypes: Tensor, prototype_classes: Tensor, num_classes: int) -> Tensor:
+    """(n, num_classes): minus the squared distance of each normalised feature to the nearest normalised
+    prototype of each class (the class of the nearest prototype wins); ``-inf`` for a class without one.
+    Computed in the prototypes' dtype."""
+    f = features.to(prototypes.dtype)
+    f = f / (f.norm(dim=1, keepdim=True) + FEATURE_EPS)
+    centres = prototypes / prototypes.norm(dim=1, keepdim=True)
+    squared = (f.square().sum(1, keepdim=True) + centres.square().sum(1)[None, :] - 2 * f @ centres.T).clamp(min=0)
+    logits = f.new_full((len(f), num_classes), float("-inf"))
+    index = prototype_classes[None, :].expand(len(f), -1)
+    return logits.scatter_reduce(1, index, -squared, reduce="amax")

@@ -1,4 +1,5 @@
-"""How SD-LoRA and InfLoRA train: the option group their configs share (:class:`LoRASumTraining`).
+"""How SD-LoRA and InfLoRA train: the option group their configs share (:class:`LoRASumTraining`), and the
+option types of the LoRA-sum family (``Optimizer``, ``Schedule``, ``DirectionNorm``).
 
 Both official codes train each experience with one optimiser over what learns, a constant or
 cosine learning rate, batch 128 and 20 epochs; they differ in the optimiser, its rate and the
@@ -16,6 +17,9 @@ from avalanche_color.utils.checks import integer, non_negative, one_of, positive
 Optimizer = Literal["sgd", "adam"]
 Schedule = Literal["constant", "cosine", "epoch_cosine"]
 SCHEDULES: tuple[str, ...] = Schedule.__args__  # type: ignore[attr-defined]
+# The norm a normalised direction is divided by (SD-LoRA's ``direction_norm``; the layer's Mixing reads it):
+# ``||B||_F ||A||_F`` (the SD-LoRA code) or ``||B A||_F`` (its paper).
+DirectionNorm = Literal["factors", "product"]
 
 
 @dataclass(frozen=True, kw_only=True)

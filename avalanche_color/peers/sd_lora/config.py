@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
 from avalanche_color.config import option
-from avalanche_color.peers.lora_sum.config import LoRASumTraining, Optimizer, Schedule
-from avalanche_color.peers.lora_sum.layer import DirectionNorm
+from avalanche_color.peers.lora_sum.config import DirectionNorm, LoRASumTraining, Optimizer, Schedule
 from avalanche_color.utils.checks import each, one_of, optional, positive, positive_int
 
 __all__ = ["DirectionNorm", "EarlierMagnitudes", "HeadInit", "NormaliseWhen", "Optimizer", "SDLoRAConfig", "Schedule"]

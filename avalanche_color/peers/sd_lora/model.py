@@ -33,8 +33,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from avalanche_color.peers.lora_sum.layer import Mixing, Part
-from avalanche_color.peers.lora_sum.model import LoRASumViT
+from avalanche_color.peers.lora_sum.model import LoRASumViT, Mixing, Part
 from avalanche_color.peers.sd_lora.config import SDLoRAConfig
 
 
@@ -75,7 +74,7 @@ class SDLoRAViT(LoRASumViT):
             with torch.no_grad():
                 for magnitude in self.magnitudes:
                     magnitude.fill_(self.config.magnitude_init)
-        weight = self.head_weight  # in trained_dtype (lora.dtypes): float32 beside a bfloat16 backbone
+        weight = self.head_weight  # in trained_dtype: float32 beside a bfloat16 backbone
         self.magnitudes.append(nn.Parameter(torch.full((), self.config.magnitude_init, dtype=weight.dtype,
                                                        device=weight.device)))
 
