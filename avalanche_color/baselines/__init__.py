@@ -10,16 +10,16 @@ prompt experts, as Avalanche strategies and plugins a script builds as it builds
 * :class:`CurrentClassesMasking` (``class_masking.py``): the plugin that makes Avalanche's ``Naive``
   the paper's "FT + class masking".
 
-``training_free.py`` holds the template NCM and RanPAC share (the epochs do nothing, a plugin fits
-the classifier), ``features.py`` the features they fit with, and ``options.py`` the options every
-baseline takes (:class:`~avalanche_color.baselines.options.BaselineOptions`), checked in one place.
+``training_free.py`` holds what NCM and RanPAC share (the template whose epochs do nothing while a plugin
+fits the classifier, and the features they fit with), and ``options.py`` the options every baseline takes
+(:class:`~avalanche_color.baselines.options.BaselineOptions`), checked in one place.
 """
 
 from avalanche_color.baselines.class_masking import CurrentClassesMasking
-from avalanche_color.baselines.features import experience_features
 from avalanche_color.baselines.joint_lora import JointLoRA, SingleLoRAExpert
 from avalanche_color.baselines.ncm import NCM, NCMModel, SeenClassesNCM
 from avalanche_color.baselines.ranpac import RanPAC, RanPACModel
+from avalanche_color.baselines.training_free import experience_features
 
 __all__ = ["NCM", "CurrentClassesMasking", "JointLoRA", "NCMModel", "RanPAC", "RanPACModel", "SeenClassesNCM",
            "SingleLoRAExpert", "experience_features"]

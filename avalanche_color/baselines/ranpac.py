@@ -22,9 +22,9 @@ from avalanche.training.plugins.evaluation import default_evaluator
 from avalanche.training.templates import SupervisedTemplate
 from torch import Tensor, nn
 
-from avalanche_color.baselines.features import experience_features, pooled_features
 from avalanche_color.baselines.options import BaselineOptions
-from avalanche_color.baselines.training_free import TrainingFreeTemplate, frozen_copy
+from avalanche_color.baselines.training_free import (TrainingFreeTemplate, experience_features, frozen_copy,
+                                                     pooled_features)
 from avalanche_color.routing.classifiers import RandomFeatureRidge
 from avalanche_color.utils.checks import integer, positive_int, require
 from avalanche_color.utils.experiences import experience_classes

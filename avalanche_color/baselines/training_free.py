@@ -1,18 +1,22 @@
-"""The template of the baselines that train nothing (NCM, RanPAC): the epochs do nothing, a plugin fits
-the classifier after each experience."""
+"""What the baselines that train nothing (NCM, RanPAC) share: the template whose epochs do nothing while a
+plugin fits the classifier after each experience, the frozen copy of the ViT they use, and the features they
+fit with (the frozen ViT's pooled features of an experience's training data, batch by batch)."""
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator, Mapping
 from typing import Any, Callable, Union
 
 import torch
 from avalanche.core import BasePlugin
 from avalanche.training.plugins import EvaluationPlugin
-from torch import nn
+from avalanche.training.templates import SupervisedTemplate
+from torch import Tensor, nn
 
 from avalanche_color.baselines.options import BaselineOptions
 from avalanche_color.experts.routed_vit import check_vision_transformer
+from avalanche_color.training.loaders import data_loader, loader_options
 from avalanche_color.training.strategy import StrategyBase
 
 
@@ -42,3 +46,29 @@ class TrainingFreeTemplate(StrategyBase):
 
     def training_epoch(self, **kwargs: Any) -> None:
         pass
+
+
+def pooled_features(vit: nn.Module, x: Tensor) -> Tensor:
+    """The timm ViT's pooled features before its head, (batch, num_features): what ``vit(x)`` gives
+    for a headless ViT (``num_classes=0``), and the same for a ViT with a classifier head."""
+    return vit.forward_head(vit.forward_features(x), pre_logits=True)
+
+
+@torch.no_grad()
+def experience_features(strategy: SupervisedTemplate, extract: Callable[[Tensor], Tensor],
+                        call_options: Mapping[str, Any]) -> Iterator[tuple[Tensor, Tensor]]:
+    """``(extract(x), y)`` for each batch of the current experience's data with its eval transforms,
+    in order, with the model in eval mode (its mode is restored afterwards). ``call_options``: the
+    keywords of the ``train`` call (a plugin callback's ``kwargs``), whose loader options
+    (``num_workers``, ...) this loader takes."""
+    model = strategy.model
+    training = model.training
+    model.eval()
+    try:
+        loader = data_loader(strategy.experience.dataset.eval(), loader_options(call_options), strategy.device,
+                             batch_size=strategy.train_mb_size, shuffle=False)
+        for x, y, *_ in loader:
+            features = extract(x.to(strategy.device))
+            yield features, y.to(features.device)
+    finally:
+        model.train(training)

@@ -27,6 +27,11 @@ CACHE_ENV = "AVALANCHE_COLOR_CACHE"  # where decoded images and downloads are ke
 CACHE_DIR = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "avalanche_color")
 
 
+def cache_folder(cache_dir: Optional[Path]) -> Path:
+    """``cache_dir``, or :data:`CACHE_DIR` where it is None (read at call time, so tests can move it)."""
+    return CACHE_DIR if cache_dir is None else Path(cache_dir)
+
+
 def data_path(path: Optional[str | Path], file_name: str, data_set: str, source: str,
               url: Optional[str] = None) -> Path:
     """``path`` if given, else ``file_name`` in the ``AVALANCHE_COLOR_DATA`` folder, else the

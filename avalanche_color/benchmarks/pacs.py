@@ -15,10 +15,10 @@ import torch
 from avalanche.benchmarks import tensors_benchmark
 from torch import Tensor
 
-from avalanche_color.benchmarks.archives import Archive, cached, data_path, decode_images, resampled
-from avalanche_color.benchmarks.stream_building import (DEFAULT_MEAN, DEFAULT_STD, _cache_dir, check_domains,
-                                                        check_seed, generic_benchmark, stratified_split,
-                                                        subsample_per_class, task_labels_of)
+from avalanche_color.benchmarks.archives import Archive, cache_folder, cached, data_path, decode_images, resampled
+from avalanche_color.benchmarks.stream_building import (DEFAULT_MEAN, DEFAULT_STD, check_domains, check_seed,
+                                                        generic_benchmark, stratified_split, subsample_per_class,
+                                                        task_labels_of)
 from avalanche_color.benchmarks.transforms import vit_transforms
 
 PACS_FILE = "pacs-64px.zip"
@@ -95,7 +95,7 @@ def load_pacs(path: Optional[str | Path] = None, *, image_size: int = 32, cache_
     stored side where smaller), ``labels`` (index into :data:`PACS_CLASSES`) and ``domain_ids`` (index into
     :data:`PACS_DOMAINS`), in file-name order."""
     archive = Archive(data_path(path, PACS_FILE, "PACS", PACS_SOURCE))
-    cache = _cache_dir(cache_dir) / f"pacs_{archive.fingerprint()}_{image_size}px{resampled(interpolation)}.pt"
+    cache = cache_folder(cache_dir) / f"pacs_{archive.fingerprint()}_{image_size}px{resampled(interpolation)}.pt"
     return cached(cache, lambda: _decode_pacs(archive, image_size, interpolation))
 
 

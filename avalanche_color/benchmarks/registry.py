@@ -88,7 +88,7 @@ def _pacs(request: StreamRequest):
 
 
 def _split_tiny_imagenet(request: StreamRequest):
-    from avalanche_color.benchmarks.offline import split_tiny_imagenet
+    from avalanche_color.benchmarks.tiny_imagenet import split_tiny_imagenet
     return split_tiny_imagenet(*request.paths, seed=request.seed, task_labels=request.task_labels,
                                train_per_class=request.train_per_class, interpolation=request.interpolation,
                                **request.images)

@@ -17,7 +17,7 @@ method's options (``WANDB_MODE=offline`` works without network; the W&B files go
 ``<name>/wandb``).
 
 Every setting and the data are checked before the output folder changes, and the folder's
-results are replaced only when the whole comparison completes (:mod:`avalanche_color.runner.attempt`).
+results are replaced only when the whole comparison completes (:mod:`avalanche_color.runner.provenance`).
 
 The methods that train only a few parameters on the frozen backbone run for every seed in ``--seeds``;
 the others, which cost far more, for ``--baseline-seeds`` (default: the first seed). A method with LoRA

@@ -1,30 +1,80 @@
-"""Running a comparison: everything checked and the streams built first (:func:`prepare`), then
-every planned run in an attempt folder, and the results written when all have finished."""
+"""A comparison from start to end: the runs it makes (:func:`plan_runs`), everything checked and the streams
+built first (:func:`prepare`), then, with ``--tune lr``, each method's learning rate chosen, then every planned
+run in an attempt folder, and the results written when all have finished.
+
+One tuning rule for every method: each method's learning rate chosen from one grid on one validation split.
+With ``--tune lr`` a comparison first runs every method that trains by gradient once per value of
+``--lr-grid`` on a validation benchmark (:func:`~avalanche_color.benchmarks.stream_building.validation_benchmark`:
+``--held-out`` of each training experience's classes, seed 0, the same split for every method),
+at the comparison's budget, rank and k, and keeps the value with the best average accuracy
+after the last experience (ties: the smaller lr). Every seed of the comparison then runs with
+it, and results.json records the rule, the grid, each trial and each choice. The trials live in
+the attempt folder's ``tuning/``, so ``--resume`` keeps those that finished.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import torch
 from avalanche.distributed import DistributedHelper
 from tqdm import tqdm
 
-from avalanche_color.benchmarks.registry import BenchmarkSpec, benchmark_spec, check_data
-from avalanche_color.runner.attempt import check_folder, complete_attempt, start_attempt
 from avalanche_color.backbones import backbone_data_config
+from avalanche_color.benchmarks.registry import BenchmarkSpec, benchmark_spec, check_data
+from avalanche_color.benchmarks.stream_building import validation_benchmark
 from avalanche_color.runner.backbone_loading import input_size_problem, load_backbone, resize_input, weights_file
-from avalanche_color.runner.config import RunConfig, RunConfigError
-from avalanche_color.runner.machine import describe_machine
-from avalanche_color.runner.methods import method
-from avalanche_color.runner.plan import PlannedRun, check_distributed, plan_runs
-from avalanche_color.runner.provenance import config_record, provenance
-from avalanche_color.runner.report import markdown_table, summary_rows
-from avalanche_color.runner.results import write_results
-from avalanche_color.runner.run import build_stream, epoch_batches, run_method
-from avalanche_color.runner.tuning import chosen, tune_learning_rates, tuning_record
+from avalanche_color.runner.config import RunConfig, RunConfigError, config_record
+from avalanche_color.runner.methods import REGISTRY, method
+from avalanche_color.runner.provenance import (check_folder, complete_attempt, describe_machine, provenance,
+                                               start_attempt)
+from avalanche_color.runner.report import markdown_table, summary_rows, write_results
+from avalanche_color.runner.run import LearningRate, PlannedRun, build_stream, epoch_batches, run_method
+
+
+# ---------------------------------------------------------------------- the plan
+
+
+def check_distributed(config: RunConfig) -> None:
+    """Refuses what does not run on several processes."""
+    allowed = [name for name, entry in REGISTRY.items() if entry.distributed]
+    unsupported = [name for name in config.methods if not method(name).distributed]
+    if unsupported:
+        raise RunConfigError("methods", config.methods, f"cannot hold {unsupported} under torchrun: with several "
+                                                        f"processes they must be among {allowed}")
+    if config.tune is not None:
+        raise RunConfigError("tune", config.tune, "is not supported under torchrun: run the tuned comparison in one "
+                                                  "process")
+    if config.resume:
+        raise RunConfigError("resume", True, "is not supported under torchrun: run the interrupted comparison in "
+                                             "one process")
+
+
+def plan_runs(config: RunConfig, spec: BenchmarkSpec) -> list[PlannedRun]:
+    """Every run, in order: per method, each rank (methods with LoRA) x each k (prototype-routed
+    methods) x each seed (``seeds`` for the frozen-backbone methods, else ``baseline_seeds``).
+    A label names the variant where the method's ranks or ks are ablated."""
+    ks = config.ks or (spec.k,)
+    plan = []
+    for name in config.methods:
+        entry = method(name)
+        ranks = config.ranks if entry.lora else (None,)
+        method_ks = ks if entry.prototypes else (None,)
+        ablating = len(ranks) > 1 or len(method_ks) > 1
+        seeds = config.seeds if entry.frozen_backbone else config.baseline_seeds or config.seeds[:1]
+        for rank in ranks:
+            for k in method_ks:
+                variant = [f"{axis}={value}" for axis, value in (("r", rank), ("k", k)) if ablating and value]
+                label = " ".join([name, *variant])
+                plan += [PlannedRun(name, label, seed, rank, k) for seed in seeds]
+    return plan
+
+
+# ---------------------------------------------------------------------- checked and ready
 
 
 @dataclass
@@ -116,6 +166,74 @@ def check_prototypes(config: RunConfig, planned: PlannedRun, stream: Any) -> Non
         if value > available:
             raise RunConfigError(field, value, f"must be at most {available}: {what} to fit {planned.method}'s "
                                                "k-means centres on")
+
+
+# ---------------------------------------------------------------------- --tune lr
+
+TUNING_SEED = 0
+RULE = ("the grid's lr with the best average accuracy after the last experience on a validation split held out "
+        "from the training experiences (seed 0, the same split for every method); ties: the smaller lr")
+
+
+class Choice(NamedTuple):
+    """A method's tuned learning rate, its validation accuracy, and every trial's (lr -> accuracy)."""
+
+    lr: float
+    validation_accuracy: float
+    trials: dict[float, float]
+
+
+def tunable(names: tuple[str, ...]) -> list[str]:
+    """The methods among ``names`` that train by gradient (the others have no lr to choose)."""
+    return [name for name in names if method(name).lr_chosen_by]
+
+
+def tune_learning_rates(config: RunConfig, ready: Prepared, attempt: Path, progress: bool = True) -> dict[str, Choice]:
+    """Each tunable method's :class:`Choice` (``ready``: the prepared comparison)."""
+    names = tunable(config.methods or ())
+    trial_config = dataclasses.replace(config, loggers=(), wandb_project=None)  # trials log nothing
+    benchmarks: dict[bool, Any] = {}
+    choices = {}
+    with tqdm(total=len(names) * len(config.lr_grid), desc=f"{config.benchmark}: tuning lr", unit="run",
+              disable=not progress) as bar:
+        for name in names:
+            entry = method(name)
+            if entry.task_labels not in benchmarks:
+                stream = ready.streams.get((TUNING_SEED, entry.task_labels)) or build_stream(
+                    ready.spec, config, ready.backbone, TUNING_SEED, entry.task_labels)
+                benchmarks[entry.task_labels] = validation_benchmark(stream, config.held_out, seed=TUNING_SEED)
+            rank = config.ranks[0] if entry.lora else None
+            k = (config.ks or (ready.spec.k,))[0] if entry.prototypes else None
+            trials = {}
+            for lr in config.lr_grid:
+                bar.set_postfix_str(f"{name}, lr {lr:g}")
+                planned = PlannedRun(name, f"{name} lr={lr:g}", TUNING_SEED, rank, k)
+                record = run_method(planned, benchmarks[entry.task_labels], ready.spec, ready.backbone, trial_config,
+                                    ready.device, attempt / "tuning", lr=LearningRate(lr, "a --tune lr trial"))
+                trials[lr] = record["average_accuracy"]
+                bar.update()
+            best = max(trials, key=lambda lr: (trials[lr], -lr))
+            choices[name] = Choice(best, trials[best], trials)
+    return choices
+
+
+def tuning_record(config: RunConfig, choices: dict[str, Choice]) -> dict[str, Any]:
+    """What results.json says of the tuning: the rule, grid, split and each method's trials and choice."""
+    return {"tuned": config.tune, "rule": RULE, "grid": list(config.lr_grid), "held_out": config.held_out,
+            "seed": TUNING_SEED,
+            "choices": {name: {"lr": choice.lr, "validation_accuracy": choice.validation_accuracy,
+                               "trials": {f"{lr:g}": accuracy for lr, accuracy in choice.trials.items()}}
+                        for name, choice in choices.items()}}
+
+
+def chosen(choices: dict[str, Choice], name: str) -> LearningRate | None:
+    """The learning rate method ``name`` runs with after tuning (None: its own)."""
+    if name not in choices:
+        return None
+    return LearningRate(choices[name].lr, f"--tune lr: {RULE}")
+
+
+# ---------------------------------------------------------------------- the runs and results
 
 
 def run_comparison(config: RunConfig, progress: bool = True) -> dict[str, Any]:

@@ -4,7 +4,8 @@
 are made from its fields (:mod:`avalanche_color.runner.cli`): a field ``batch_size`` is the
 flag ``--batch-size`` (or the field's ``flag``), its help and default are the field's, and a
 tuple field takes several values. A notebook or script builds the same object directly.
-Importing this module imports no torch, so ``--help`` and a bad flag answer at once.
+Importing this module imports no torch, so ``--help`` and a bad flag answer at once. :func:`config_record`
+is the config as results.json, the runs' provenance and W&B record it.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def registered_methods(values: object) -> Optional[str]:
 # S-Prompts' code normalises (and so the paper's presets, see avalanche_color.runner.presets).
 NORMALISATIONS = ("backbone", "imagenet")
 DEFAULT_OUT = Path("runs")  # the output folders' parent, in the folder the command runs from
-TUNABLE = ("lr",)  # what --tune chooses, for every method alike (avalanche_color.runner.tuning)
+TUNABLE = ("lr",)  # what --tune chooses, for every method alike (avalanche_color.runner.comparison)
 MAX_WORKERS = 8  # the most DataLoader workers --workers gives one process by default
 BATCHES_PER_WORKER = 4  # --workers' default starts at most one worker per this many batches of an epoch
 # torch.set_float32_matmul_precision: "highest" float32 matmuls; "high" TF32 on GPUs that have it (Ampere and
@@ -234,3 +235,28 @@ class RunConfig:
     def output_folder(self) -> Path:
         """Where the comparison writes: ``out``, or ``runs/<benchmark>``."""
         return self.out or DEFAULT_OUT / self.benchmark
+
+
+# ---------------------------------------------------------------------- the configuration as results record it
+
+
+def config_record(config: RunConfig) -> dict[str, Any]:
+    """The config as JSON; a path inside the folder the command runs from relative to it, so no
+    machine's folders show."""
+    return jsonable({name: relative(value) if isinstance(value, Path) else value
+                     for name, value in dataclasses.asdict(config).items()})
+
+
+def relative(path: Path) -> Path:
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        return path
+
+
+def jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    return str(value) if isinstance(value, Path) else value

@@ -1,4 +1,5 @@
-"""One run of a comparison: a method on a benchmark with one seed, trained and evaluated experience by experience."""
+"""One run of a comparison: a method on a benchmark with one seed (:class:`PlannedRun`), trained and evaluated
+experience by experience, with its loggers (Avalanche's text, CSV and Tensorboard loggers, and W&B)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 from avalanche.distributed import DistributedHelper
 from avalanche.evaluation.metrics import accuracy_metrics, forgetting_metrics
-from avalanche.logging import BaseLogger
+from avalanche.logging import BaseLogger, CSVLogger, TensorboardLogger, TextLogger
 from avalanche.training.determinism.rng_manager import RNGManager
 from avalanche.training.plugins import EvaluationPlugin
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
@@ -22,15 +23,23 @@ from avalanche_color import (TrainingProgress, backbone_data_config, experience_
                              train_stream, write_atomically)
 from avalanche_color.benchmarks.registry import BenchmarkSpec, StreamRequest, benchmark_spec
 from avalanche_color.runner.backbone_loading import with_head
-from avalanche_color.runner.config import RunConfig
-from avalanche_color.runner.loggers import avalanche_loggers, wandb_logger
+from avalanche_color.runner.config import RunConfig, config_record, jsonable
 from avalanche_color.runner.methods import MethodRun, method
-from avalanche_color.runner.plan import PlannedRun
 from avalanche_color.runner.report import forgetting, weighted_mean
 
 # Task<t>/ is absent where the experiences declare no task labels (benchmark_from_datasets streams).
 PER_EXPERIENCE = re.compile(r"^(?P<metric>\w+)/eval_phase/test_stream/(?:Task\d+/)?Exp(?P<experience>\d+)$")
 EVAL_BATCH = 256
+
+
+class PlannedRun(NamedTuple):
+    """One run: the method, its label in the tables, the seed, and its rank and k (None where it takes none)."""
+
+    method: str
+    label: str
+    seed: int
+    rank: Optional[int]
+    k: Optional[int]
 
 
 class LearningRate(NamedTuple):
@@ -65,6 +74,42 @@ def evaluator(loggers: Sequence[BaseLogger] = ()) -> EvaluationPlugin:
         *routing_accuracy_metrics(),
         loggers=list(loggers),
     )
+
+
+def avalanche_loggers(names: tuple[str, ...], folder: Path, stack: ExitStack, append: bool = False) -> list:
+    folder.mkdir(parents=True, exist_ok=True)
+    loggers: list = []
+    if "text" in names:
+        loggers.append(TextLogger(stack.enter_context(open(folder / "log.txt", "a" if append else "w"))))
+    if "csv" in names:
+        loggers.append(CSVLogger(log_folder=str(folder / "csv")))
+    if "tensorboard" in names:
+        loggers.append(TensorboardLogger(tb_log_dir=folder / "tensorboard"))
+    for logger in loggers:
+        stack.callback(getattr(logger, "close", lambda: None))
+    return loggers
+
+
+def wandb_logger(config: RunConfig, planned: PlannedRun, options: dict[str, Any], folder: Path):
+    """The package's W&B logger for one run (None without ``wandb_project``): the run's config holds
+    the method's own options (``options``: rank, k, lr, ...), its seed and the comparison's settings."""
+    if config.wandb_project is None:
+        return None
+    import wandb
+
+    from avalanche_color import WandBLogger
+
+    (folder / "wandb").mkdir(parents=True, exist_ok=True)
+    run_config = {"comparison": config_record(config), "method": planned.method, "label": planned.label,
+                  "seed": planned.seed, **jsonable(options)}
+    return WandBLogger(project_name=config.wandb_project, run_name=f"{config.benchmark} {planned.label} "
+                                                                  f"seed {planned.seed}",
+                       dir=str(folder / "wandb"), config=run_config, save_code=False,
+                       params={"entity": config.wandb_entity, "group": config.benchmark, "job_type": planned.label,
+                               "reinit": "create_new",  # one run per (method, seed), even in a notebook
+                               # where the run is saved, not its history and summary: those are in the
+                               # table the runner prints, and would break up its progress bar per run
+                               "settings": wandb.Settings(quiet=True, console="off")})
 
 
 def method_run(planned: PlannedRun, backbone: VisionTransformer, spec: BenchmarkSpec, config: RunConfig,
