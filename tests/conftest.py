@@ -11,6 +11,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 # (CUDA's reproducibility notes); set before any test touches CUDA. No effect on a CPU.
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 warnings.filterwarnings("ignore", message="no QP solver found")
+# Under pytest-xdist (make test: -n auto) each worker takes its share of the cores: torch's default of one
+# thread per core in every worker would oversubscribe them.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
 
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``cuda`` run where CUDA exists and are skipped elsewhere (``pytest -m cuda`` selects them)."""

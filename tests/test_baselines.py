@@ -21,9 +21,9 @@ from avalanche_color.baselines import SeenClassesNCM
 from avalanche_color.benchmarks import benchmark_spec
 from avalanche_color.runner import RunConfig, RunConfigError, run_comparison
 from avalanche_color.runner.backbone_loading import with_head
-from avalanche_color.runner.plan import plan_runs
+from avalanche_color.runner.comparison import plan_runs
+from avalanche_color.runner.config import config_record
 from avalanche_color.runner.presets import PAPER
-from avalanche_color.runner.provenance import config_record
 from avalanche_color.runner.report import seen_accuracy_curve
 from avalanche_color.runner.run import build_method, trainable_parameters_per_experience
 from streams import class_stream, domain_stream, tiny_vit

@@ -15,11 +15,8 @@ from torch.nn import functional as F
 
 from avalanche_color.lora import trained_dtype
 from avalanche_color.peers.cl_lora.config import CLLoRAConfig
-from avalanche_color.peers.cl_lora.layer import CLLoRAQKV, QVUpdate
-from avalanche_color.peers.cl_lora.losses import (cosine_logits, distillation_loss, orthogonality_loss,
-                                                  reassignment_weights)
-from avalanche_color.peers.cl_lora.model import CLLoRAViT
-from avalanche_color.peers.cl_lora.strategy import CLLoRA
+from avalanche_color.peers.cl_lora.model import CLLoRAQKV, CLLoRAViT, QVUpdate, cosine_logits
+from avalanche_color.peers.cl_lora.strategy import CLLoRA, distillation_loss, orthogonality_loss, reassignment_weights
 from helpers import quiet_evaluator, stream_metric
 from streams import class_stream, domain_stream, tiny_vit
 

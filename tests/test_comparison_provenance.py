@@ -10,8 +10,7 @@ import torch
 from torch import nn
 
 from avalanche_color.runner import RunConfig, RunConfigError
-from avalanche_color.runner.attempt import check_folder, complete_attempt, start_attempt
-from avalanche_color.runner.provenance import provenance
+from avalanche_color.runner.provenance import check_folder, complete_attempt, provenance, start_attempt
 
 
 def record(model=None, **settings):
@@ -83,7 +82,7 @@ def test_resuming_a_completed_comparison_carries_its_runs_into_the_attempt(tmp_p
 def test_the_machine_line_names_the_vector_instructions_of_torchs_cpu_kernels():
     """Machines of one CPU family that differ in them (AVX2, AVX512) sum floats in another order: a results
     file says which made it."""
-    from avalanche_color.runner.machine import describe_machine
+    from avalanche_color.runner.provenance import describe_machine
 
     line = describe_machine("cpu")
     assert line.startswith("cpu: ") and f"{torch.backends.cpu.get_cpu_capability()})" in line

@@ -137,7 +137,7 @@ def test_comparison_runner_under_torchrun_matches_a_single_process_run(tiny_back
 
 def test_comparison_runner_refuses_methods_without_distributed_support(tmp_path):
     from avalanche_color.runner import RunConfig, RunConfigError
-    from avalanche_color.runner.plan import check_distributed  # what the runner checks under torchrun first
+    from avalanche_color.runner.comparison import check_distributed  # what the runner checks under torchrun first
 
     config = RunConfig(benchmark="digits_class", methods=("CoLoR", "L2P", "Naive"), out=tmp_path)
     with pytest.raises(RunConfigError, match=r"\['L2P', 'Naive'\] under torchrun.*CoLoR"):

@@ -51,8 +51,8 @@ STRATEGIES = {
     "CLLoRA": lambda **o: (CLLoRA(pooled_vit(0), rank=2, **o), class_stream),
 }
 # CL-LoRA's first step of each experience reads its heads' class and experience ids (two tolist, peers/cl_lora/
-# heads.py:66,71, from training_outputs' class_ids): add_experience replaced those buffers, so the kept host copies
-# (utils/state.py's host_value) are stale. Fixed by recording them there with keep_host_value: the ids are Python ints already.
+# model.py, ExperienceHeads.rows and class_ids, from training_outputs' class_ids): add_experience replaced those
+# buffers, so the kept host copies (utils/state.py's host_value) are stale. Fixed by recording them there with keep_host_value: the ids are Python ints already.
 def count(name: str, experiences: int = 2, eval_mb_size: int = 16, loss_check_every=None) -> HostReads:
     counter = HostReads()
     strategy, stream = STRATEGIES[name](train_epochs=1, train_mb_size=16, eval_mb_size=eval_mb_size,

@@ -11,8 +11,8 @@ import torch
 from avalanche.core import SupervisedPlugin
 
 from avalanche_color import InfLoRA, InfLoRAConfig, InfLoRAViT
-from avalanche_color.peers.inf_lora.subspace import ProtectedSubspace
-from avalanche_color.peers.lora_sum.covariances import input_covariances
+from avalanche_color.peers.inf_lora.model import ProtectedSubspace
+from avalanche_color.peers.lora_sum.model import input_covariances
 from helpers import LearningRates
 from lora_sum_cases import tiny, trained_counts
 from drop_in_cases import tiny_vit
@@ -92,7 +92,7 @@ def test_trainable_parameters_per_experience_equal_the_formula():
 
 
 def test_frozen_branches_folded_into_the_weight_compute_what_the_low_rank_path_computes():
-    from avalanche_color.peers.lora_sum.layer import LoRASumQKV, Mixing
+    from avalanche_color.peers.lora_sum.model import LoRASumQKV, Mixing
 
     torch.manual_seed(0)
     layer = LoRASumQKV(torch.nn.Linear(16, 48), ("k", "v"))

@@ -32,7 +32,7 @@ from avalanche.training.supervised.l2p import LearningToPrompt
 from torch import nn
 
 from avalanche_color import L2P, L2PViT, PromptPool
-from avalanche_color.peers.l2p.prompt_pool import majority_selection
+from avalanche_color.peers.l2p.model import majority_selection
 from helpers import quiet_evaluator
 from streams import class_stream, tiny_vit
 

@@ -14,9 +14,7 @@ from torch import nn
 
 from avalanche_color.peers.lora_sub.config import LoRASubtractionConfig
 from avalanche_color.peers.lora_sub.model import LoRASubtractionViT
-from avalanche_color.peers.lora_sub.projection import principal_projection
-from avalanche_color.peers.lora_sub.strategy import LoRASubtraction
-from avalanche_color.peers.lora_sub.triplet_loss import augmented_triplet_loss
+from avalanche_color.peers.lora_sub.strategy import LoRASubtraction, augmented_triplet_loss, principal_projection
 from drop_in_cases import tiny_vit
 import drop_in_cases
 from lora_sum_cases import (check_dtype, check_loader_options_reach_every_loader,

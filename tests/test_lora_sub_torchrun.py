@@ -34,7 +34,7 @@ def _gathered_triplet_rank(rank: int, port: int, out: str) -> None:
 
     import torch
 
-    from avalanche_color.peers.lora_sub.triplet_loss import augmented_triplet_loss
+    from avalanche_color.peers.lora_sub.strategy import augmented_triplet_loss
     from avalanche_color.training.distributed import init_distributed
     from avalanche_color.training.distributed import gather_padded_rows
 
@@ -69,7 +69,7 @@ def test_triplet_loss_over_unequal_gathered_batches_is_the_one_process_loss(tmp_
 
     import torch.multiprocessing
 
-    from avalanche_color.peers.lora_sub.triplet_loss import augmented_triplet_loss
+    from avalanche_color.peers.lora_sub.strategy import augmented_triplet_loss
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -9,7 +9,7 @@ import torch
 import drop_in_cases
 from avalanche_color import InfLoRA, InfLoRAConfig, InfLoRAViT, SDLoRA, SDLoRAConfig, SDLoRAViT
 from avalanche_color.lora import trained_dtype
-from avalanche_color.peers.lora_sum.layer import LoRASumQKV, Mixing
+from avalanche_color.peers.lora_sum.model import LoRASumQKV, Mixing
 from lora_sum_cases import (check_bad_options_are_refused, check_dtype, check_loader_options_reach_every_loader,
                             check_model_first_and_positional_warnings_as_avalanche,
                             check_online_stream_with_task_boundaries, check_pretrained_round_trip,

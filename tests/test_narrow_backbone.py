@@ -14,7 +14,7 @@ from torch import nn
 from avalanche_color import CoLoR, ExpertViT, SPrompts
 from avalanche_color.lora import trained_dtype
 from avalanche_color.peers.l2p.model import L2PViT
-from avalanche_color.peers.lora_sum.layer import LoRASumQKV, Mixing
+from avalanche_color.peers.lora_sum.model import LoRASumQKV, Mixing
 from helpers import quiet_evaluator, stream_metric, train_all
 from streams import class_stream, tiny_vit
 

@@ -80,7 +80,7 @@ def test_core50_refuses_oracle_routing_before_any_run(tmp_path):
                             "['CoLoR-oracle'] on benchmark 'core50'") and "no task label" in error
     assert "\n" not in error and not (tmp_path / "runs").exists()
     assert set(methods_allowed(benchmark_spec("core50"))) == set(METHODS) - {"CoLoR-oracle"}
-    assert methods_allowed(benchmark_spec("domainnet")) == METHODS
+    assert methods_allowed(benchmark_spec("domainnet")) == tuple(METHODS)
 
 
 def test_an_interrupted_core50_comparison_resumes_to_the_uninterrupted_results(small_backbone, tmp_path,
@@ -94,8 +94,8 @@ def test_an_interrupted_core50_comparison_resumes_to_the_uninterrupted_results(s
 
     entry = REGISTRY["CoLoR++"]
 
-    def interrupted(*args, **kwargs):  # CoLoR++ stops while training its third session
-        strategy = entry.build(*args, **kwargs)
+    def interrupted(run, options):  # CoLoR++ stops while training its third session
+        strategy = entry.build_strategy(run, options)
         train, calls = strategy.train, []
 
         def train_until_interrupted(*train_args, **train_kwargs):

@@ -7,7 +7,7 @@ import pytest
 from avalanche_color import L2P, SPrompts
 from avalanche_color.benchmarks import benchmark_spec
 from avalanche_color.runner import METHODS, RunConfig, run_comparison
-from avalanche_color.runner.plan import plan_runs
+from avalanche_color.runner.comparison import plan_runs
 from avalanche_color.runner.run import build_method, trainable_parameters_per_experience
 from streams import class_stream, tiny_vit
 

@@ -16,7 +16,7 @@ import pytest
 
 from avalanche_color.runner import RunConfig, RunConfigError
 from avalanche_color.runner.cli import config_from, main, parser
-from avalanche_color.runner.provenance import config_record
+from avalanche_color.runner.config import config_record
 
 REPOSITORY = Path(__file__).parents[1]
 RESULTS = REPOSITORY / "benchmarks" / "results"

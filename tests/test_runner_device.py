@@ -115,7 +115,7 @@ def test_the_default_loader_workers_fit_the_machine_and_the_data(device, cpus, p
 
 def test_a_comparison_runs_under_its_matmul_precision_records_it_and_restores_the_processs(monkeypatch, tmp_path):
     from avalanche_color.runner import RunConfig, RunConfigError, comparison
-    from avalanche_color.runner.provenance import config_record
+    from avalanche_color.runner.config import config_record
 
     seen = []
     monkeypatch.setattr(comparison, "prepare", lambda config: None)

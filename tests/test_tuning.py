@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from avalanche_color.benchmarks.validation import validation_benchmark
+from avalanche_color.benchmarks.stream_building import validation_benchmark
 from avalanche_color.runner import RunConfig, run_comparison
 from avalanche_color.runner.config import RunConfigError
 from streams import class_stream
@@ -75,7 +75,7 @@ def test_every_method_that_trains_takes_the_grid_lr_with_the_best_validation_acc
 
 
 def test_tuning_is_refused_under_torchrun():
-    from avalanche_color.runner.plan import check_distributed
+    from avalanche_color.runner.comparison import check_distributed
 
     with pytest.raises(RunConfigError, match="tune is not supported under torchrun"):
         check_distributed(RunConfig(benchmark="digits_class", methods=("CoLoR",), tune="lr"))

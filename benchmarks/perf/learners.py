@@ -11,9 +11,7 @@ from torch import Tensor, nn
 
 from avalanche_color import (ExpertViT, InfLoRAConfig, InfLoRAViT, L2PModelOptions, L2PViT, PromptExpertViT,
                              PromptOptions, RoutedExpertViT, SDLoRAConfig, SDLoRAViT)
-from avalanche_color.peers.lora_sum.covariances import input_covariances
-from avalanche_color.peers.lora_sum.layer import Mixing
-from avalanche_color.peers.lora_sum.model import LoRASumViT
+from avalanche_color.peers.lora_sum.model import LoRASumViT, Mixing, input_covariances
 from benchmarks.perf.learner import Learner, criterion, image_size, random_images
 from benchmarks.perf.learners_cvpr2025 import peer_learners
 

@@ -9,12 +9,10 @@ import torch
 from torch import Tensor, nn
 
 from avalanche_color import CLLoRAConfig, CLLoRAViT, LoRASubtractionConfig, LoRASubtractionViT
-from avalanche_color.peers.cl_lora.losses import distillation_loss, orthogonality_loss
-from avalanche_color.peers.cl_lora.steps import set_gradients, two_step_gradients
-from avalanche_color.peers.lora_sub.projected_adam import ProjectedAdam
-from avalanche_color.peers.lora_sub.projection import principal_projection
-from avalanche_color.peers.lora_sub.triplet_loss import augmented_triplet_loss
-from avalanche_color.peers.lora_sum.covariances import input_covariances
+from avalanche_color.peers.cl_lora.strategy import (distillation_loss, orthogonality_loss, set_gradients,
+                                                    two_step_gradients)
+from avalanche_color.peers.lora_sub.strategy import ProjectedAdam, augmented_triplet_loss, principal_projection
+from avalanche_color.peers.lora_sum.model import input_covariances
 from benchmarks.perf.learner import Learner, criterion, image_size, random_images
 
 

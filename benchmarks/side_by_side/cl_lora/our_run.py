@@ -14,9 +14,8 @@ from avalanche.training.plugins import EvaluationPlugin
 from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor
 
-from avalanche_color.peers.cl_lora.losses import orthogonality_loss
 from avalanche_color.peers.cl_lora.model import CLLoRAViT
-from avalanche_color.peers.cl_lora.strategy import CLLoRA
+from avalanche_color.peers.cl_lora.strategy import CLLoRA, orthogonality_loss
 
 Named = dict[str, Tensor]  # tensors under our names; theirs are mapped onto them by their_run.their_named
 

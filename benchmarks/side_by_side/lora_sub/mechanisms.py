@@ -13,11 +13,8 @@ from torch import Tensor, nn
 
 from avalanche_color.peers.lora_sub.config import LoRASubtractionConfig
 from avalanche_color.peers.lora_sub.model import LoRASubtractionViT
-from avalanche_color.peers.lora_sub.projected_adam import ProjectedAdam
-from avalanche_color.peers.lora_sub.projection import principal_projection
-from avalanche_color.peers.lora_sub.triplet_loss import augmented_triplet_loss
-from avalanche_color.peers.lora_sum.covariances import input_covariances
-from avalanche_color.peers.lora_sum.layer import Mixing
+from avalanche_color.peers.lora_sub.strategy import ProjectedAdam, augmented_triplet_loss, principal_projection
+from avalanche_color.peers.lora_sum.model import Mixing, input_covariances
 from benchmarks.side_by_side.lora_sub.authors_code import THRESHOLD, quiet, their_attention, their_network
 from benchmarks.side_by_side.lora_sub.table import max_abs, row, scale_of
 from benchmarks.side_by_side.lora_sub.weights import copy_component

@@ -14,8 +14,7 @@ from avalanche.training.plugins import EvaluationPlugin
 from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor
 
-from avalanche_color.peers.lora_sub.passes import subtracted_covariances
-from avalanche_color.peers.lora_sub.strategy import LoRASubtraction
+from avalanche_color.peers.lora_sub.strategy import LoRASubtraction, subtracted_covariances
 from benchmarks.side_by_side.lora_sub.authors_code import THRESHOLD
 
 

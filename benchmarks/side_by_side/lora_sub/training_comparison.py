@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from avalanche_color.peers.lora_sub.triplet_loss import augmented_triplet_loss
+from avalanche_color.peers.lora_sub.strategy import augmented_triplet_loss
 from benchmarks.side_by_side.lora_sub.our_run import Recorder
 from benchmarks.side_by_side.lora_sub.table import max_abs, row, scale_of
 from benchmarks.side_by_side.lora_sub.weights import our_component, their_component
