@@ -134,7 +134,7 @@ if TYPE_CHECKING:  # the public names (see _public_names), imported eagerly for 
     from avalanche_color.peers.l2p.config import L2PConfig as L2PConfig
     from avalanche_color.peers.l2p.config import L2PModelOptions as L2PModelOptions
     from avalanche_color.peers.l2p.model import L2PViT as L2PViT
-    from avalanche_color.peers.l2p.prompt_pool import PromptPool as PromptPool
+    from avalanche_color.peers.l2p.model import PromptPool as PromptPool
     from avalanche_color.peers.l2p.strategy import L2P as L2P
     from avalanche_color.peers.lora_sub.config import LoRASubtractionConfig as LoRASubtractionConfig
     from avalanche_color.peers.lora_sub.model import LoRASubtractionViT as LoRASubtractionViT
