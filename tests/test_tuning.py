@@ -89,3 +89,45 @@ def test_task_label_routing_is_tuned_on_a_validation_split_that_keeps_the_task_l
     assert result["runs"][0]["routing_accuracy"] == 1.0
     labelled = validation_benchmark(class_stream(num_experiences=2, task_labels=True), 0.2)
     assert [experience.task_label for experience in labelled.test_stream] == [0, 1]
+
+
+def test_a_diverging_trial_loses_the_grid_goes_on_and_a_resume_keeps_it(tiny_backbone, tmp_path, monkeypatch):
+    """An lr whose loss becomes non-finite (the strategies refuse it before the step) scores nothing: the other
+    values are tried and one is chosen; its record says diverged, so --resume does not train it again."""
+    import dataclasses
+
+    from avalanche_color.runner.methods import REGISTRY
+    from avalanche_color.runner.report import tuning_table
+
+    config = RunConfig(benchmark="digits_class", methods=("CoLoR", "Naive"), epochs=1, batch_size=64,
+                       backbone=tiny_backbone, out=tmp_path, ranks=(2,), loggers=(), tune="lr", lr_grid=(1e9, 0.05))
+
+    def fails(run, options):
+        raise RuntimeError("Naive fails after CoLoR's trials")
+
+    monkeypatch.setitem(REGISTRY, "Naive", dataclasses.replace(REGISTRY["Naive"], build=fails))
+    with pytest.raises(RuntimeError, match="Naive fails"):
+        run_comparison(config, progress=False)
+    record = json.loads((tmp_path / "attempt" / "tuning" / "runs" / "CoLoR_lr=1e+09_seed0.json").read_text())
+    assert record["average_accuracy"] is None and record["diverged"].startswith("the training loss became [nan]")
+
+    monkeypatch.undo()
+    builds, color = [], REGISTRY["CoLoR"]
+
+    def counted(run, options):
+        builds.append(options["lr"])
+        return color.build_strategy(run, options)
+
+    monkeypatch.setitem(REGISTRY, "CoLoR", dataclasses.replace(color, build=counted))
+    result = run_comparison(dataclasses.replace(config, resume=True), progress=False)
+    choice = result["tuning"]["choices"]["CoLoR"]
+    assert choice["lr"] == 0.05 and choice["trials"] == {"1e+09": None, "0.05": choice["validation_accuracy"]}
+    assert builds == [0.05]  # the final run only: both trials were answered by their records
+    assert "1e+09: diverged" in tuning_table(result["tuning"])
+
+
+def test_every_lr_diverging_is_refused_naming_the_grid_and_the_method(tiny_backbone, tmp_path):
+    config = RunConfig(benchmark="digits_class", methods=("CoLoR",), epochs=1, batch_size=64, backbone=tiny_backbone,
+                       out=tmp_path, ranks=(2,), loggers=(), tune="lr", lr_grid=(1e9,))
+    with pytest.raises(FloatingPointError, match=r"every lr of --lr-grid \[1000000000\.0\] diverged for CoLoR"):
+        run_comparison(config, progress=False)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -24,6 +25,7 @@ import torch
 from avalanche.distributed import DistributedHelper
 from tqdm import tqdm
 
+from avalanche_color import write_atomically
 from avalanche_color.backbones import backbone_data_config
 from avalanche_color.benchmarks.registry import BenchmarkSpec, benchmark_spec, check_data
 from avalanche_color.benchmarks.stream_building import validation_benchmark
@@ -33,7 +35,7 @@ from avalanche_color.runner.methods import REGISTRY, method
 from avalanche_color.runner.provenance import (check_folder, complete_attempt, describe_machine, provenance,
                                                start_attempt)
 from avalanche_color.runner.report import markdown_table, summary_rows, write_results
-from avalanche_color.runner.run import LearningRate, PlannedRun, build_stream, epoch_batches, run_method
+from avalanche_color.runner.run import LearningRate, PlannedRun, build_stream, epoch_batches, run_method, slug
 
 
 # ---------------------------------------------------------------------- the plan
@@ -208,13 +210,34 @@ def tune_learning_rates(config: RunConfig, ready: Prepared, attempt: Path, progr
             for lr in config.lr_grid:
                 bar.set_postfix_str(f"{name}, lr {lr:g}")
                 planned = PlannedRun(name, f"{name} lr={lr:g}", TUNING_SEED, rank, k)
-                record = run_method(planned, benchmarks[entry.task_labels], ready.spec, ready.backbone, trial_config,
-                                    ready.device, attempt / "tuning", lr=LearningRate(lr, "a --tune lr trial"))
-                trials[lr] = record["average_accuracy"]
+                trials[lr] = trial(planned, benchmarks[entry.task_labels], ready, trial_config, attempt / "tuning",
+                                   lr)
                 bar.update()
-            best = max(trials, key=lambda lr: (trials[lr], -lr))
+            finished = [lr for lr in trials if trials[lr] is not None]
+            if not finished:
+                raise FloatingPointError(f"every lr of --lr-grid {list(config.lr_grid)} diverged for {name} (a "
+                                         f"non-finite loss): give smaller values")
+            best = max(finished, key=lambda lr: (trials[lr], -lr))
             choices[name] = Choice(best, trials[best], trials)
     return choices
+
+
+def trial(planned: PlannedRun, benchmark: Any, ready: Prepared, config: RunConfig, folder: Path,
+          lr: float) -> float | None:
+    """One trial's validation accuracy, or None where training at ``lr`` diverged (a non-finite loss, which the
+    package's strategies refuse before the step): that lr loses, and the grid goes on. A diverged trial's record
+    says so, so that ``--resume`` does not run it again."""
+    try:
+        record = run_method(planned, benchmark, ready.spec, ready.backbone, config, ready.device, folder,
+                            lr=LearningRate(lr, "a --tune lr trial"))
+    except FloatingPointError as error:
+        name = f"{slug(planned.label)}_seed{planned.seed}"
+        record = {"label": planned.label, "method": planned.method, "seed": planned.seed, "lr": lr,
+                  "diverged": str(error), "average_accuracy": None}
+        (folder / "runs").mkdir(parents=True, exist_ok=True)
+        write_atomically(folder / "runs" / f"{name}.json", (json.dumps(record, indent=2) + "\n").encode())
+        (folder / "checkpoints" / f"{name}.ckpt").unlink(missing_ok=True)
+    return record["average_accuracy"]
 
 
 def tuning_record(config: RunConfig, choices: dict[str, Choice]) -> dict[str, Any]:

@@ -91,8 +91,9 @@ def tuning_table(tuning: dict[str, Any]) -> str:
     every trial's, in %."""
     rows = [{"method": method, "lr chosen": f"{choice['lr']:g}",
              "validation accuracy": f"{100 * choice['validation_accuracy']:.1f}",
-             "trials (lr: validation accuracy)": ", ".join(f"{lr}: {100 * accuracy:.1f}"
-                                                           for lr, accuracy in choice["trials"].items())}
+             "trials (lr: validation accuracy)": ", ".join(
+                 f"{lr}: " + ("diverged" if accuracy is None else f"{100 * accuracy:.1f}")
+                 for lr, accuracy in choice["trials"].items())}
             for method, choice in tuning["choices"].items()]
     split = f"{tuning['held_out']:g} of each class held out, seed {tuning['seed']}"
     return f"Learning rates chosen by `--tune {tuning['tuned']}` ({split}):\n\n{markdown_table(rows)}"
