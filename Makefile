@@ -30,8 +30,10 @@ main-publish: $(STAMP)
 main-digits_%: $(STAMP)
 	OMP_NUM_THREADS=1 $(VENV)/bin/avalanche-color compare --benchmark digits_$* $(MAIN) $(PUBLISH)
 
+# Test workers: one per core (pytest-xdist); idle workers take the next test (worksteal), so the few tests
+# that run 10-20 s (torchrun, the docs pages, the notebook) spread over the workers.
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest tests
+	$(VENV)/bin/python -m pytest -n auto --dist worksteal tests
 
 # The README's benchmark tables (benchmarks/results/<name>/), each on one thread (the same numbers
 # on every run): about 3.5 CPU hours; `make -j2 benchmarks` runs the lanes side by side (about

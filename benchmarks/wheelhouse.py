@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -77,6 +78,16 @@ def size_mb(folder: Path) -> float:
     return sum(path.stat().st_size for path in folder.iterdir() if path.is_file()) / 1e6
 
 
+def package_source(folder: Path) -> Path:
+    """The package's build inputs, copied into ``folder``: setuptools reuses a source tree's ``build/`` and would
+    pack modules that no longer exist in it (after a file moves), so the wheel is built from a clean copy."""
+    for name in ("pyproject.toml", "setup.cfg", "README.md", "LICENSE"):
+        shutil.copy2(ROOT / name, folder / name)
+    shutil.copytree(ROOT / "avalanche_color", folder / "avalanche_color",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    return folder
+
+
 def build(out: Path, python: str, extras: str) -> dict:
     """Write the wheelhouse to ``out``; return what it holds."""
     start = time.perf_counter()
@@ -89,7 +100,8 @@ def build(out: Path, python: str, extras: str) -> dict:
              str(report_file), "-c", str(ROOT / "constraints.txt"), target])
         wanted = pins(json.loads(report_file.read_text()))
     run([python, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), *wanted])
-    run([python, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(ROOT)])
+    with tempfile.TemporaryDirectory() as source:
+        run([python, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(package_source(Path(source)))])
     [own] = sorted(out.glob("avalanche_color-*.whl"))[-1:]
     version = own.name.split("-")[1]
     requirement = f"avalanche-color[{extras}]=={version}" if extras else f"avalanche-color=={version}"

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from code_blocks import REPOSITORY, run_page, runnable
+from code_blocks import REPOSITORY, runnable
 
 README = REPOSITORY / "README.md"
 
@@ -40,15 +40,6 @@ def test_the_quick_start_is_short_fits_the_page_and_uses_a_shipped_backbone():
     assert "create_model" not in code  # no pretraining of its own: that is the guide's longer example
 
 
-@pytest.mark.slow
-def test_quick_start_runs_as_printed_and_learns():
-    run = run_page(README)  # offline, as promised (HF_HUB_OFFLINE=1), in an empty folder
-    assert run.returncode == 0, run.stderr[-4000:]
-    accuracy = float(run.stdout.strip().splitlines()[-1])
-    assert accuracy > 0.7  # chance: 0.1
-    assert "warn" not in run.stderr.lower(), run.stderr
-
-
 # qpsolvers as it is where no QP solver imports: Avalanche imports it (for GEM) with avalanche.benchmarks, and it
 # warns then, from qpsolvers.solvers, with this message (qpsolvers 4.x).
 NO_QP_SOLVER = {
@@ -69,9 +60,10 @@ def test_the_stand_in_for_qpsolvers_warns_as_it_does_without_a_solver(tmp_path):
 
 
 @pytest.mark.slow
-def test_quick_start_prints_no_third_party_warning_even_without_a_qp_solver(tmp_path):
-    """The quick start imports avalanche_color before Avalanche, so the package's narrow filter (this message, from
-    qpsolvers) is in place when Avalanche imports qpsolvers; any other warning would still show."""
+def test_quick_start_runs_as_printed_offline_learns_and_warns_of_nothing_even_without_a_qp_solver(tmp_path):
+    """The quick start as printed, offline (HF_HUB_OFFLINE=1), learns well above chance and prints no warning, even
+    where no QP solver imports: it imports avalanche_color before Avalanche, so the package's narrow filter (this
+    message, from qpsolvers) is in place when Avalanche imports qpsolvers; any other warning would still show."""
     for name, text in NO_QP_SOLVER.items():
         (tmp_path / "path" / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "path" / name).write_text(text)

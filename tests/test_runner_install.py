@@ -7,16 +7,19 @@ import os
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import venv
 from pathlib import Path
 
-REPOSITORY = Path(__file__).parents[1]
+from benchmarks.wheelhouse import package_source
+
 
 
 def test_the_wheel_installs_a_console_command_that_compares_from_an_empty_folder(tmp_path):
     # Without PYTHONPATH: a source folder on it (with its .egg-info) would pass for an installed avalanche-color.
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", str(REPOSITORY), "--no-deps", "--no-build-isolation",
+    source = package_source(Path(tempfile.mkdtemp(dir=tmp_path)))  # a clean copy: no stale build/ of the repository
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation",
                             "-w", str(tmp_path / "dist")], capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stderr[-3000:]
     [wheel] = (tmp_path / "dist").glob("avalanche_color-*.whl")
