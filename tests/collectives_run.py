@@ -1,4 +1,5 @@
-"""One rank of the 2-process collectives test (launched by torchrun from test_distributed.py), on gloo.
+"""The tensor collectives' case of the 2-process test (test_distributed.py), on gloo: run by the ranks of
+distributed_run.py (its case ``collectives``), or alone.
 
 Usage: torchrun --standalone --nproc_per_node=2 tests/collectives_run.py OUT_DIR
 Runs the package's tensor collectives with rows of different counts (one rank's empty) and counts
@@ -24,8 +25,9 @@ for name in ("broadcast_object_list", "all_gather_object", "gather_object", "sca
     setattr(dist, name, counting)
 
 
-def main(out: Path) -> None:
-    device = init_distributed(0, backend="gloo")
+def collectives(out: Path, device: torch.device) -> None:
+    """The case, in a gloo process group already started; counts the pickling collectives it makes."""
+    PICKLED["count"] = 0
     rank = dist.get_rank()
     rows = torch.arange(5 * 4, dtype=torch.float32).reshape(5, 4)
     mine = rows[:3] if rank == 0 else rows[3:]
@@ -39,7 +41,13 @@ def main(out: Path) -> None:
     }
     broadcast = broadcast_tensor(torch.arange(24, dtype=torch.float64).reshape(2, 3, 4) if rank == 0 else None, device)
     result.update(broadcast=broadcast, broadcast_dtype=broadcast.dtype, pickled=PICKLED["count"])
+    out.mkdir(exist_ok=True)
     torch.save(result, out / f"rank{rank}.pt")
+
+
+def main(out: Path) -> None:
+    device = init_distributed(0, backend="gloo")
+    collectives(out, device)
     dist.destroy_process_group()
 
 

@@ -6,6 +6,11 @@ rank): the mean of the ranks' mean gradients (DDP's; CL-LoRA's own, outside DDP)
 gradient, so the runs take the same steps and must end in the same state, up to the order of float sums.
 That holds for a loss that is a mean over samples; LoRA subtraction's triplet loss, whose hardest pairs are
 searched over the whole batch, gathers every rank's features first (tests/test_lora_sub_torchrun.py).
+
+Every case runs in one torchrun launch (the ranks run them in turn, each into its own subfolder): starting two
+processes that import torch and Avalanche takes longer than a case. The launch runs once per test session, whichever
+test asks first (under pytest-xdist the workers share it through a file lock); each test then compares its case's
+ranks with its own one-process run.
 """
 
 from __future__ import annotations
@@ -17,12 +22,56 @@ import sys
 from pathlib import Path
 
 import torch
+from filelock import FileLock
 
 from helpers import stream_metric
 from lora_sum_cases import same_state, tiny
 from streams import class_stream
 
 DISTRIBUTED_STREAM = dict(num_experiences=2, per_class=8)  # 16 training samples per experience
+# The launch's cases: a method and its options (JSON values), in both runs.
+CASES = {"SDLoRA": ("SDLoRA", {}), "InfLoRA": ("InfLoRA", {}), "LoRASubtraction": ("LoRASubtraction", {}),
+         "LoRASubtraction-no-triplet": ("LoRASubtraction", {"triplet_weight": 0.0}), "CLLoRA": ("CLLoRA", {})}
+GATHERED_TRIPLET = "gathered-triplet"  # and test_lora_sub_torchrun's triplet loss over unequal gathered batches
+TRIPLET_ROWS = (3, 5)  # each rank's batch there: unequal, so the gather pads rank 0's
+
+
+def triplet_case():
+    """Features, labels, prototypes and prototype classes of the gathered triplet loss case (all ranks' rows)."""
+    generator = torch.Generator().manual_seed(0)
+    features = torch.randn(sum(TRIPLET_ROWS), 6, generator=generator, dtype=torch.float64)
+    labels = torch.tensor([0, 1, 0, 2, 1, 1, 0, 2])
+    prototypes = torch.randn(2, 6, generator=generator, dtype=torch.float64)
+    return features, labels, prototypes, torch.tensor([0, 3])
+
+
+def case_name(strategy_class, options: dict) -> str:
+    for name, (method, case_options) in CASES.items():
+        if method == strategy_class.__name__ and case_options == options:
+            return name
+    raise KeyError(f"no torchrun case runs {strategy_class.__name__} with {options}: add it to CASES")
+
+
+def two_rank_outputs(tmp_path_factory) -> Path:
+    """The folder of the one torchrun launch's outputs, ``<case>/rank{0,1}.pt``: launched by the first test of
+    the session that asks (a lock in the session's shared temporary folder), read by every later one."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the session's folder, above each worker's own
+    out = shared / "lora_torchrun"
+    with FileLock(str(shared / "lora_torchrun.lock")):
+        if not (out / "done").exists():
+            out.mkdir(exist_ok=True)
+            tests = Path(__file__).parent
+            env = {**os.environ, "OMP_NUM_THREADS": "1",
+                   "PYTHONPATH": os.pathsep.join([str(tests.parent), os.environ.get("PYTHONPATH", "")])}
+            command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                       str(tests / "lora_sum_distributed_run.py"), str(out), "8", json.dumps(CASES)]
+            run = subprocess.run(command, cwd=tests, env=env, capture_output=True, text=True, timeout=900)
+            (out / "done").write_text(str(run.returncode) + "\n" + run.stderr[-4000:])  # a failure fails every case
+    returncode, stderr = (out / "done").read_text().split("\n", 1)
+    assert returncode == "0", stderr
+    return out
 
 
 def distributed_run(strategy_class, train_mb_size: int, plugins=(), device="cpu", **options):
@@ -36,17 +85,11 @@ def distributed_run(strategy_class, train_mb_size: int, plugins=(), device="cpu"
     return strategy, stream_metric(strategy.eval(benchmark.test_stream), "Top1_Acc")
 
 
-def check_two_ranks_equal_one_process(strategy_class, tmp_path: Path, **options) -> None:
-    """``options`` (JSON values): the strategy's, in both runs."""
-    tests = Path(__file__).parent
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(tests.parent), os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-               str(tests / "lora_sum_distributed_run.py"), str(tmp_path), strategy_class.__name__, "8",
-               json.dumps(options)]
-    run = subprocess.run(command, cwd=tests, env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-4000:]
-    first, second = (torch.load(tmp_path / f"rank{rank}.pt") for rank in range(2))
+def check_two_ranks_equal_one_process(strategy_class, tmp_path_factory, **options) -> None:
+    """The 2 ranks of the launch's case for ``strategy_class`` with ``options`` (JSON values; the strategy's,
+    in both runs) against one process."""
+    case = two_rank_outputs(tmp_path_factory) / case_name(strategy_class, options)
+    first, second = (torch.load(case / f"rank{rank}.pt") for rank in range(2))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

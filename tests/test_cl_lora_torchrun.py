@@ -14,6 +14,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.slow
-def test_two_processes_under_torchrun_equal_one_process(tmp_path):
+def test_two_processes_under_torchrun_equal_one_process(tmp_path_factory):
     # The second experience takes both steps: the distillation's reassigned gradient, then the rest.
-    check_two_ranks_equal_one_process(CLLoRA, tmp_path)
+    # (The 2 ranks: the CLLoRA case of lora_sum_torchrun.py's one torchrun launch.)
+    check_two_ranks_equal_one_process(CLLoRA, tmp_path_factory)

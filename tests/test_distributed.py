@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from filelock import FileLock
 
 from avalanche_color.training.distributed import eval_batches, shard
 from helpers import UNSATURATED, stream_metric, tiny_color, train_all
@@ -19,16 +20,32 @@ PER_RANK_BATCH = 8
 ROUTER_WIDTH = 128
 
 
-def launch_two_ranks(out: Path, router: str = "prototypes", backend: str = "gloo") -> list[dict]:
-    """What each of 2 ranks (``backend``: gloo on CPU, or nccl on 2 GPUs) ended with after training and
-    evaluating tiny CoLoR on class_stream."""
+def launch_two_ranks(out: Path, cases: tuple[str, ...], backend: str = "gloo", runner: tuple[str, ...] = ()) -> str:
+    """One torchrun launch of 2 ranks (``backend``: gloo on CPU, or nccl on 2 GPUs) that run ``cases`` in turn
+    (distributed_run.py): ``prototypes`` and ``ridge`` train and evaluate tiny CoLoR with that router on
+    class_stream, ``collectives`` runs the tensor collectives; each into ``out / case``. Then, with ``runner``
+    (its arguments), ``python -m avalanche_color.runner`` on the 2 ranks. Returns the ranks' standard output."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), os.environ.get("PYTHONPATH", "")]),
            "OMP_NUM_THREADS": "1", "AVALANCHE_COLOR_TEST_BACKEND": backend}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-               str(TESTS / "distributed_run.py"), str(out), str(PER_RANK_BATCH), router, str(ROUTER_WIDTH)]
-    run = subprocess.run(command, cwd=TESTS, env=env, capture_output=True, text=True, timeout=120)
+               str(TESTS / "distributed_run.py"), str(out), str(PER_RANK_BATCH), str(ROUTER_WIDTH), *cases]
+    if runner:
+        command += ["--", *runner]
+    run = subprocess.run(command, cwd=TESTS.parent, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-4000:]
-    return [torch.load(out / f"rank{rank}.pt") for rank in range(2)]
+    return run.stdout
+
+
+def runner_arguments(backbone: str, out: Path) -> tuple[str, ...]:
+    """The comparison runner's command line on 2 ranks: --batch-size is per process, 2 x 32 is the
+    single-process run's 64."""
+    return ("compare", "--benchmark", "digits_class", "--methods", "CoLoR", "--epochs", "1", "--batch-size", "32",
+            "--backbone", backbone, "--rank", "2", "--name", str(out))
+
+
+def ranks_of(out: Path, case: str) -> list[dict]:
+    """What each of the 2 ranks ended ``case`` with."""
+    return [torch.load(out / case / f"rank{rank}.pt") for rank in range(2)]
 
 
 def run_in_one_process(**options) -> tuple:
@@ -44,8 +61,33 @@ def run_in_one_process(**options) -> tuple:
 
 
 @pytest.fixture(scope="module")
-def two_ranks(tmp_path_factory) -> list[dict]:
-    return launch_two_ranks(tmp_path_factory.mktemp("distributed"))
+def gloo_launch(tmp_path_factory, tiny_backbone) -> Path:
+    """The folder of the one gloo launch that runs every case, then the comparison runner into ``runner``
+    (starting 2 processes costs more than a case): once per test session, by the first test to ask (under
+    pytest-xdist the workers share it through a lock in the session's temporary folder). The ranks' standard
+    output: ``stdout.txt``."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the session's folder, above each worker's own
+    out = shared / "distributed_torchrun"
+    with FileLock(str(shared / "distributed_torchrun.lock")):
+        if not (out / "done").exists():
+            out.mkdir(exist_ok=True)
+            try:
+                stdout = launch_two_ranks(out, ("collectives", "prototypes", "ridge"),
+                                          runner=runner_arguments(tiny_backbone, out / "runner"))
+                (out / "stdout.txt").write_text(stdout)
+            except AssertionError as failure:
+                (out / "done").write_text(str(failure))  # every test of the launch fails with its stderr
+                raise
+            (out / "done").write_text("")
+    assert not (out / "done").read_text(), (out / "done").read_text()
+    return out
+
+
+@pytest.fixture(scope="module")
+def two_ranks(gloo_launch) -> list[dict]:
+    return ranks_of(gloo_launch, "prototypes")
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +95,8 @@ def one_process() -> tuple:
     return run_in_one_process()
 
 
-def test_class_router_statistics_come_from_every_rank_and_equal_a_single_process_run(tmp_path):
-    first, second = launch_two_ranks(tmp_path, router="ridge")
+def test_class_router_statistics_come_from_every_rank_and_equal_a_single_process_run(gloo_launch):
+    first, second = ranks_of(gloo_launch, "ridge")
     single = run_in_one_process(router="ridge", router_width=ROUTER_WIDTH)[0].model.router.state_dict()
     assert first["class_router"].keys() == single.keys()
     for key, value in single.items():
@@ -108,19 +150,13 @@ def test_evaluation_refuses_fewer_samples_than_ranks():
         eval_batches(1, 64, 0, 2)
 
 
-def test_comparison_runner_under_torchrun_matches_a_single_process_run(tiny_backbone, tmp_path, one_thread):
+def test_comparison_runner_under_torchrun_matches_a_single_process_run(gloo_launch, tiny_backbone, tmp_path,
+                                                                      one_thread):
     from avalanche_color.runner import RunConfig, run_comparison
 
-    out = tmp_path / "two_ranks"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), os.environ.get("PYTHONPATH", "")]),
-           "OMP_NUM_THREADS": "1"}
-    # --batch-size is per process: 2 x 32 is the single-process run's 64.
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-               "-m", "avalanche_color.runner", "compare", "--benchmark", "digits_class", "--methods", "CoLoR", "--epochs", "1",
-               "--batch-size", "32", "--backbone", tiny_backbone, "--rank", "2", "--name", str(out)]
-    run = subprocess.run(command, cwd=TESTS.parent, env=env, capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr[-4000:]
-    assert run.stdout.count("written to") == 1  # rank 0 alone reports
+    # python -m avalanche_color.runner compare ... on the launch's 2 ranks, after its cases (runner_arguments).
+    out = gloo_launch / "runner"
+    assert (gloo_launch / "stdout.txt").read_text().count("written to") == 1  # rank 0 alone reports
     saved = json.loads((out / "results.json").read_text())
     assert saved["world_size"] == 2 and [r["label"] for r in saved["runs"]] == ["CoLoR"]
     # One record and one provenance stamp, both from rank 0.
@@ -152,7 +188,8 @@ def test_comparison_runner_refuses_methods_without_distributed_support(tmp_path)
 @pytest.mark.cuda
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")  # before two_ranks starts its gloo run
 def test_two_gpus_under_nccl_match_the_gloo_run(tmp_path, two_ranks):
-    first, second = launch_two_ranks(tmp_path, backend="nccl")
+    launch_two_ranks(tmp_path, ("prototypes",), backend="nccl")
+    first, second = ranks_of(tmp_path, "prototypes")
     assert [first["device"], second["device"]] == ["cuda:0", "cuda:1"]
     assert torch.equal(first["prototypes"], second["prototypes"]) and torch.equal(first["owners"], second["owners"])
     assert torch.equal(first["owners"], two_ranks[0]["owners"])
@@ -162,15 +199,10 @@ def test_two_gpus_under_nccl_match_the_gloo_run(tmp_path, two_ranks):
         assert torch.equal(first["seen_labels"][experience], labels)
 
 
-def test_tensor_collectives_move_tensors_without_pickling_them(tmp_path):
-    # The code path NCCL takes (tensor all_gather and broadcast, shapes first), run on gloo with CPU tensors.
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), os.environ.get("PYTHONPATH", "")]),
-           "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-               str(TESTS / "collectives_run.py"), str(tmp_path)]
-    run = subprocess.run(command, cwd=TESTS, env=env, capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr[-4000:]
-    first, second = (torch.load(tmp_path / f"rank{rank}.pt") for rank in range(2))
+def test_tensor_collectives_move_tensors_without_pickling_them(gloo_launch):
+    # The code path NCCL takes (tensor all_gather and broadcast, shapes first), run on gloo with CPU tensors
+    # (collectives_run.py, the launch's case collectives).
+    first, second = ranks_of(gloo_launch, "collectives")
     for rank in (first, second):
         # Rank 0 gives 3 rows, rank 1 none (an empty shard), then 2 rows: gathered in rank order.
         assert torch.equal(rank["gathered"], torch.arange(5 * 4, dtype=torch.float32).reshape(5, 4))

@@ -58,8 +58,9 @@ def test_learns_every_stream_naive_runs(strategy, stream, tmp_path):
 
 @pytest.mark.slow
 @STRATEGIES
-def test_two_processes_under_torchrun_equal_one_process(strategy, tmp_path):
-    check_two_ranks_equal_one_process(strategy, tmp_path)
+def test_two_processes_under_torchrun_equal_one_process(strategy, tmp_path_factory):
+    # The 2 ranks: the method's case of lora_sum_torchrun.py's one torchrun launch.
+    check_two_ranks_equal_one_process(strategy, tmp_path_factory)
 
 
 @STRATEGIES
