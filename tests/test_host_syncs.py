@@ -154,3 +154,20 @@ def test_the_counter_sees_copies_nonzero_and_boolean_masks_but_not_plain_indexin
     assert sorted(what for what, _ in reads.per("probe")[0].elements()) == [
         "boolean mask (getitem)", "boolean mask (setitem)", "cpu", "nonzero", "torch.nonzero"]
     assert "counted" not in torch.nonzero.__name__  # restored
+
+
+@pytest.mark.parametrize("num_samples, batch_size, world", [(10, 4, 2), (7, 3, 3), (100, 16, 4), (5, 100, 2)])
+def test_every_rank_knows_each_evaluation_batchs_row_counts_without_reading_them(num_samples, batch_size, world):
+    """Under torchrun an evaluation batch is gathered with every rank's row count from eval_row_counts, which each
+    rank computes alike on the host (no device read per batch): the counts are the batches each rank's loader
+    makes, batch by batch, and those batches hold every sample once, none empty."""
+    from avalanche_color.training.distributed import eval_batches, eval_row_counts
+
+    counts = eval_row_counts(num_samples, batch_size, world)
+    batches = [eval_batches(num_samples, batch_size, rank, world) for rank in range(world)]
+    assert all(len(rank_batches) == len(counts) for rank_batches in batches)  # the gathers of all ranks in step
+    for rank, rank_batches in enumerate(batches):
+        assert [sizes[rank] for sizes in counts] == [len(batch) for batch in rank_batches]
+    assert sorted(index for rank_batches in batches for batch in rank_batches for index in batch) == list(
+        range(num_samples))
+    assert min(min(sizes) for sizes in counts) >= 1

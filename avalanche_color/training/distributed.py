@@ -195,6 +195,14 @@ def eval_batches(num_samples: int, batch_size: int, rank: int, world_size: int) 
     return [chunk.tolist() for chunk in indices.tensor_split(count)]
 
 
+def eval_row_counts(num_samples: int, batch_size: int, world_size: int) -> list[list[int]]:
+    """Every rank's row count of each evaluation batch, batch by batch (:func:`eval_batches` of every rank): each
+    rank computes them alike on the host, so gathering an evaluation batch reads nothing from the device."""
+    per_rank = [[len(batch) for batch in eval_batches(num_samples, batch_size, rank, world_size)]
+                for rank in range(world_size)]
+    return [list(sizes) for sizes in zip(*per_rank)]
+
+
 def eval_loader(dataset: Any, batch_size: int, options: Optional[LoaderOptions] = None,
                 device: torch.device = torch.device("cpu")) -> DataLoader:
     """A loader over this rank's evaluation shard (see :func:`eval_batches`), with the loader ``options``."""
@@ -242,13 +250,15 @@ def on_main_process(fit: Callable[[Tensor, Tensor], Tensor]) -> Callable[[Tensor
 
 
 @torch.no_grad()
-def gather_eval_batch(strategy: "SupervisedTemplate") -> None:
+def gather_eval_batch(strategy: "SupervisedTemplate", sizes: Optional[list[int]] = None) -> None:
     """Replace the batch's outputs, labels, task labels and routed experts (``strategy.model.routed_experts``)
-    with those of all ranks."""
+    with those of all ranks. ``sizes``: every rank's row count of this batch, where every rank knows them
+    (:func:`eval_row_counts`); None: gathered, with one host read."""
     if not is_distributed():
         return
     local = len(strategy.mb_output)
-    sizes = row_counts(local)  # one read of the counts for the batch's tensors, all of ``local`` rows
+    if sizes is None:
+        sizes = row_counts(local)  # one read of the counts for the batch's tensors, all of ``local`` rows
     strategy.mb_output = gather_rows(strategy.mb_output, sizes)
     for index in range(1, len(strategy.mbatch)):  # mbatch[0] (the images) stays local
         strategy.mbatch[index] = gather_rows(strategy.mbatch[index], sizes)

@@ -35,12 +35,13 @@ import functools
 import inspect
 import math
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Callable, ClassVar, Optional, Union
 
 import torch
 from avalanche.core import BasePlugin
+from avalanche.distributed import DistributedHelper
 from avalanche.training import plugins as avalanche_plugins
 from avalanche.training.plugins import EvaluationPlugin
 from avalanche.training.plugins.evaluation import default_evaluator
@@ -54,7 +55,8 @@ from avalanche_color.config import (PRECISIONS, LoaderOptions, Options, Prototyp
                                     TrainingOptions)
 from avalanche_color.experts.routed_vit import RoutedExpertViT
 from avalanche_color.training.data_checks import DataChecksPlugin
-from avalanche_color.training.distributed import eval_loader, gather_eval_batch, is_distributed, wrap_current_expert
+from avalanche_color.training.distributed import (eval_loader, eval_row_counts, gather_eval_batch, is_distributed,
+                                                  wrap_current_expert)
 from avalanche_color.training.loaders import loader_options
 from avalanche_color.training.router_fitting import PrototypeRouterPlugin
 from avalanche_color.utils.checks import one_of, require, usable_device
@@ -134,6 +136,8 @@ class StrategyBase(SupervisedTemplate):
         if not plugins_checked:
             self.refuse_incompatible_plugins(plugins)
         self.precision = MixedPrecision(precision)
+        # Under torchrun, every rank's row count of each evaluation batch (make_eval_dataloader).
+        self._eval_row_counts: Iterator[list[int]] = iter(())
         # Bad data is refused first, before any other plugin or the model adaptation acts on it.
         checks = DataChecksPlugin(scan_experiences=scan_experiences)
         super().__init__(plugins=[checks, *own_plugins, *(plugins or ())], **template_options)
@@ -262,11 +266,15 @@ class StrategyBase(SupervisedTemplate):
         if is_distributed():
             self.dataloader = eval_loader(self.adapted_dataset, self.eval_mb_size, loader_options(kwargs),
                                           self.device)
+            # Every rank's row count of each batch, known alike on every rank: the gathers read none of them.
+            self._eval_row_counts = iter(eval_row_counts(len(self.adapted_dataset), self.eval_mb_size,
+                                                         DistributedHelper.world_size))
         else:
             super().make_eval_dataloader(**kwargs)
 
     def _after_eval_forward(self, **kwargs: Any) -> None:
-        gather_eval_batch(self)  # first of all plugins: metrics then see the batches of all ranks
+        # First of all plugins: metrics then see the batches of all ranks.
+        gather_eval_batch(self, next(self._eval_row_counts, None))
         super()._after_eval_forward(**kwargs)
 
 
