@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -109,3 +111,21 @@ def test_the_strategies_whose_heads_grow_predict_every_label_they_were_given(nam
     with torch.no_grad():
         logits = strategy.model.eval()(images)
     assert logits.shape[1] >= 6  # a column for each of the classes 0..5
+
+
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_what_an_experience_trains_is_counted_or_the_model_asks_for_the_class_count(name):
+    """The runner's count of what one experience trains: a model that counts its head rows by the experience's
+    classes refuses to count without them, naming num_classes; every other counts alike with or without them."""
+    from avalanche_color.runner.run import trainable_parameters_per_experience
+
+    strategy = build_small(name)
+    stream = class_stream(num_experiences=1, per_class=4)
+    strategy.train(stream.train_stream[0])
+    counted = trainable_parameters_per_experience(strategy, stream.train_stream[0])
+    assert counted > 0 or not REGISTRY[name].lr_chosen_by  # NCM and RanPAC train nothing by gradient
+    try:
+        assert trainable_parameters_per_experience(strategy) == counted
+    except ValueError as refused:
+        assert re.fullmatch(r"num_classes is needed to count what an experience of \w+ trains \(its (proxy )?head "
+                            r"rows are its classes'\), got None", str(refused))

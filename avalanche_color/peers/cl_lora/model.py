@@ -345,9 +345,12 @@ class CLLoRAViT(DynamicModule):
         yield self.experiences.proxy_weights[e]
         yield self.experiences.proxy_sigmas[e]
 
-    def experience_parameter_count(self, experience: int, num_classes: int) -> int:
+    def experience_parameter_count(self, experience: int, num_classes: Optional[int]) -> int:
         """What ``experience`` trains with ``num_classes`` classes: the shared U's, its task-specific D's and U's,
         block weights and proxy head (the authors' log, "Trainable params", counts the backbone's: no head)."""
+        if num_classes is None:
+            raise ValueError(f"num_classes is needed to count what an experience of {type(self).__name__} trains "
+                             f"(its proxy head rows are its classes'), got None")
         bank, features = self.adapters, self.experiences.prototypes.shape[1]
         shared = sum(adapter.up.numel() for adapter in bank.shared)
         specific = sum(p.numel() for p in bank.specific[experience].parameters())

@@ -331,10 +331,13 @@ class LoRASumViT(DynamicModule):
         """The parameters that learn with ``component`` and belong to it (subclasses say which)."""
         raise NotImplementedError
 
-    def experience_parameter_count(self, component: int, num_classes: int) -> int:
+    def experience_parameter_count(self, component: int, num_classes: Optional[int]) -> int:
         """What the experience of ``component`` trains when it brings ``num_classes`` classes: the
         component's own parameters, what the method trains beside it, and the head's new rows.
         The runner reports it for the first experience, as the papers count."""
+        if num_classes is None:
+            raise ValueError(f"num_classes is needed to count what an experience of {type(self).__name__} trains "
+                             f"(its head rows are its classes'), got None")
         return self.component_parameter_count(component) + (int(self.backbone.num_features) + 1) * num_classes
 
     def set_trainable(self) -> None:
