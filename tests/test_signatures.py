@@ -17,21 +17,21 @@ import torch
 from avalanche.training import Naive
 from avalanche.training.templates.base import PositionalArgumentsDeprecatedWarning
 
-from avalanche_color import (L2P, CoLoR, CoLoRConfig, InfLoRA, InfLoRAConfig, L2PConfig, L2PModelOptions,
-                             LoRAExpertsPlugin, LoRAOptions, PromptOptions, PrototypeOptions, PrototypeRouterPlugin,
-                             SDLoRA, SDLoRAConfig, SPrompts, SPromptsConfig)
-from avalanche_color import (CLLoRA, CLLoRAConfig, ConfiguredStrategy, DataChecksPlugin, LoRASubtraction,
-                             LoRASubtractionConfig)
+from avalanche_color import (L2P, CLLoRA, CoLoR, CoLoRConfig, ConfiguredStrategy, DataChecksPlugin, InfLoRA,
+                             L2PConfig, L2PModelOptions, LoRAExpertsPlugin, LoRAOptions, LoRASubtraction,
+                             PromptOptions, PrototypeOptions, PrototypeRouterPlugin, SDLoRA, SPrompts, SPromptsConfig)
 from avalanche_color import config as config_module
 from avalanche_color.config import LoaderOptions
+from avalanche_color.runner.methods import package_strategies
 from avalanche_color.utils.checks import Options
 from helpers import quiet_evaluator
 from streams import tiny_vit
 
 STRATEGIES = [(CoLoR, CoLoRConfig), (SPrompts, SPromptsConfig), (L2P, L2PConfig)]
-# Every strategy of the package, on the one base: the same call, model then config then every option.
-ALL_STRATEGIES = [*STRATEGIES, (SDLoRA, SDLoRAConfig), (InfLoRA, InfLoRAConfig),
-                  (LoRASubtraction, LoRASubtractionConfig), (CLLoRA, CLLoRAConfig)]
+# Every strategy of the package on the one base, from the runner's registry (a registered method's is among
+# them): the same call, model then config then every option.
+ALL_STRATEGIES = [(strategy, strategy.config_class) for strategy in package_strategies().values()
+                  if issubclass(strategy, ConfiguredStrategy)]
 MODEL_OPTIONS = {CoLoR: LoRAOptions, SPrompts: PromptOptions, L2P: L2PModelOptions}
 AVALANCHE_KEYWORDS = ["criterion", "device", "plugins", "evaluator"]
 
