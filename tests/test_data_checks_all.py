@@ -1,6 +1,6 @@
 """Issue 39, points 1 and 2: one data check for every strategy, before any state changes.
 
-Each of the five strategies learns a first experience, is then offered a bad second one
+Each strategy that learns experience by experience (from the runner's registry) learns a first experience, is then offered a bad second one
 (a NaN pixel, no samples, float labels, a negative label), and must refuse it by name with
 its whole state exactly as before; a loss that turns NaN stops each of them naming the
 experience and the iteration; class ids far above the classes seen are accepted with a warning.
@@ -14,20 +14,19 @@ import pytest
 import torch
 from avalanche.benchmarks import tensors_benchmark
 
-from avalanche_color import L2P, CoLoR, InfLoRA, LoRAExpertsPlugin, PrototypeRouterPlugin, SDLoRA, SPrompts
+from avalanche_color import L2P, InfLoRA, LoRAExpertsPlugin, PrototypeRouterPlugin, SPrompts
+from avalanche_color.runner.methods import REGISTRY
 from helpers import quiet_evaluator
+from registered import build_small, one_method_per_strategy
 from streams import IMAGE_SIZE, class_stream, tiny_vit
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-TINY = dict(train_epochs=1, train_mb_size=8, eval_mb_size=32)
-STRATEGIES = {
-    "CoLoR": lambda: CoLoR(tiny_vit(0), rank=2, k=2, lr=0.05, evaluator=quiet_evaluator(), **TINY),
-    "S-Prompts": lambda: SPrompts(tiny_vit(0), prompt_length=2, k=2, evaluator=quiet_evaluator(), **TINY),
-    "L2P": lambda: L2P(tiny_vit(0), pool_size=4, prompt_length=2, top_n=2, evaluator=quiet_evaluator(), **TINY),
-    "SD-LoRA": lambda: SDLoRA(model=tiny_vit(0), rank=2, lr=0.05, evaluator=quiet_evaluator(), **TINY),
-    "InfLoRA": lambda: InfLoRA(model=tiny_vit(0), rank=2, lr=0.05, evaluator=quiet_evaluator(), **TINY),
-}
+# Every strategy of the package that learns experience by experience, one method per class, from the runner's
+# registry (registered.py); Joint-LoRA trains once, on the whole stream.
+STRATEGIES = {name: (lambda name=name: build_small(name, num_classes=10)) for name in one_method_per_strategy()
+              if not REGISTRY[name].joint}
+TRAINED_BY_GRADIENT = [name for name in STRATEGIES if REGISTRY[name].lr_chosen_by]  # not NCM, RanPAC: no loss
 
 
 def learned(name):
@@ -95,7 +94,7 @@ class NaNFrom(torch.nn.Module):
         return loss * float("nan") if self.calls > self.start else loss
 
 
-@pytest.mark.parametrize("name", STRATEGIES)
+@pytest.mark.parametrize("name", TRAINED_BY_GRADIENT)
 def test_a_non_finite_loss_stops_every_strategy_naming_experience_and_iteration(name):
     strategy = STRATEGIES[name]()
     strategy._criterion = NaNFrom(start=1)  # the stream's first experience: 12 samples, batches of 8
