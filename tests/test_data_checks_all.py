@@ -1,8 +1,8 @@
 """Issue 39, points 1 and 2: one data check for every strategy, before any state changes.
 
-Each strategy that learns experience by experience (from the runner's registry) learns a first experience, is then offered a bad second one
-(a NaN pixel, no samples, float labels, a negative label), and must refuse it by name with
-its whole state exactly as before; a loss that turns NaN stops each of them naming the
+Each strategy that learns experience by experience (from the runner's registry) learns a first
+experience, is then offered a bad second one (a NaN pixel, no samples, float labels, a negative
+label), and must refuse it by name with its whole state exactly as before; a loss that turns NaN stops each of them naming the
 experience and the iteration; class ids far above the classes seen are accepted with a warning.
 """
 
