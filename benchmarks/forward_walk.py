@@ -22,7 +22,7 @@ import sys
 import warnings
 from pathlib import Path
 from types import FrameType
-from typing import Any, Optional
+from typing import Any, Callable
 
 import torch
 from avalanche.benchmarks import tensors_benchmark
@@ -61,19 +61,26 @@ def trained_strategy(method: str, router: str) -> Any:
     return strategy
 
 
-def walk(strategy: Any, images: torch.Tensor, tasks: torch.Tensor, experience: Any) -> list[tuple[str, str]]:
-    """(file in the package, qualified name) of every package function ``strategy.forward()`` calls."""
-    strategy.experience, strategy.is_training = experience, False
-    strategy.mbatch = [images, torch.zeros(len(images), dtype=torch.long), tasks]
+def package_calls() -> tuple[list[tuple[str, str]], Callable[[FrameType, str, Any], None]]:
+    """A list and a ``sys.setprofile`` function that appends to it (file in the package, qualified name) of
+    every package function called, once each, in order of first call."""
     seen: list[tuple[str, str]] = []
 
-    def profile(frame: FrameType, event: str, _: Any) -> Optional[Any]:
+    def profile(frame: FrameType, event: str, _: Any) -> None:
         path = Path(frame.f_code.co_filename)
         if event == "call" and PACKAGE in path.parents:
             key = (str(path.relative_to(PACKAGE)), frame.f_code.co_qualname)
             if key not in seen:
                 seen.append(key)
-        return None
+
+    return seen, profile
+
+
+def walk(strategy: Any, images: torch.Tensor, tasks: torch.Tensor, experience: Any) -> list[tuple[str, str]]:
+    """(file in the package, qualified name) of every package function ``strategy.forward()`` calls."""
+    strategy.experience, strategy.is_training = experience, False
+    strategy.mbatch = [images, torch.zeros(len(images), dtype=torch.long), tasks]
+    seen, profile = package_calls()
 
     strategy.model.eval()
     sys.setprofile(profile)
@@ -88,15 +95,7 @@ def walk(strategy: Any, images: torch.Tensor, tasks: torch.Tensor, experience: A
 def training_walk(strategy: Any, experience: Any) -> list[tuple[str, str]]:
     """(file in the package, qualified name) of every package function ``strategy.train(experience)`` calls
     inside its training epoch (one step when the experience is one batch), in order of first call."""
-    seen: list[tuple[str, str]] = []
-
-    def profile(frame: FrameType, event: str, _: Any) -> Optional[Any]:
-        path = Path(frame.f_code.co_filename)
-        if event == "call" and PACKAGE in path.parents:
-            key = (str(path.relative_to(PACKAGE)), frame.f_code.co_qualname)
-            if key not in seen:
-                seen.append(key)
-        return None
+    seen, profile = package_calls()
 
     epoch = strategy.training_epoch
 
