@@ -91,6 +91,19 @@ def test_task_label_routing_is_tuned_on_a_validation_split_that_keeps_the_task_l
     assert [experience.task_label for experience in labelled.test_stream] == [0, 1]
 
 
+def test_a_head_that_grows_with_the_classes_is_tuned_on_experiences_that_name_their_classes(tiny_backbone,
+                                                                                             tmp_path):
+    config = RunConfig(benchmark="digits_domain", methods=("FT-masked",), epochs=1, batch_size=64,
+                       backbone=tiny_backbone, out=tmp_path, loggers=(), tune="lr", lr_grid=(0.05,))
+    result = run_comparison(config, progress=False)  # its IncrementalClassifier reads classes_in_this_experience
+    assert result["tuning"]["choices"]["FT-masked"]["lr"] == 0.05
+    benchmark = class_stream(num_experiences=2)
+    split = validation_benchmark(benchmark, 0.2)
+    for original, kept, held in zip(benchmark.train_stream, split.train_stream, split.test_stream):
+        assert sorted(kept.classes_in_this_experience) == sorted(held.classes_in_this_experience) \
+            == sorted(original.classes_in_this_experience)
+
+
 def test_a_diverging_trial_loses_the_grid_goes_on_and_a_resume_keeps_it(tiny_backbone, tmp_path, monkeypatch):
     """An lr whose loss becomes non-finite (the strategies refuse it before the step) scores nothing: the other
     values are tried and one is chosen; its record says diverged, so --resume does not train it again."""

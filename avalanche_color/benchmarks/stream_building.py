@@ -17,6 +17,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 from avalanche.benchmarks import GenericCLScenario, benchmark_from_datasets, with_task_labels
+from avalanche.benchmarks.scenarios.supervised import with_classes_timeline
 from torch import Tensor
 
 from avalanche_color.utils.checks import open_fraction, require
@@ -102,7 +103,8 @@ def validation_benchmark(benchmark: Any, held_out: float = 0.1, seed: int = 0) -
 
     Returns:
         A benchmark with a ``train_stream`` (what is left of each experience) and a ``test_stream``
-        (the held-out part of each), both in the original transforms, task labels and order.
+        (the held-out part of each), both in the original transforms, task labels and order; their
+        experiences say their classes (``classes_in_this_experience``) as the original's do.
     """
     require("held_out", held_out, open_fraction)
     rng = np.random.default_rng(seed)
@@ -117,7 +119,9 @@ def validation_benchmark(benchmark: Any, held_out: float = 0.1, seed: int = 0) -
         kept = np.setdiff1d(np.arange(len(labels)), out)
         train.append(dataset.subset(kept.tolist()))
         validation.append(dataset.subset(out.tolist()))
-    validation_stream = benchmark_from_datasets(train=train, test=validation)
+    # benchmark_from_datasets gives bare experiences; Avalanche's IncrementalClassifier (FT-masked's
+    # head) reads classes_in_this_experience, which the classes timeline adds.
+    validation_stream = with_classes_timeline(benchmark_from_datasets(train=train, test=validation))
     if hasattr(benchmark.train_stream[0], "task_labels"):  # kept for the methods that route by them (the oracle)
         validation_stream = with_task_labels(validation_stream)
     return validation_stream
