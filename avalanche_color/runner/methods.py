@@ -128,6 +128,10 @@ class Method:
 # How the experts route: the paper's prototypes on the backbone's or the first expert's features, the
 # task label, or beyond the paper a class-level ridge or Gaussian router. Every variant's experts train
 # exactly as CoLoR's. Joint-LoRA: one CoLoR expert trained on the whole stream at once (an upper bound).
+# The runner evaluates after every experience on every test experience seen so far: the routed-expert
+# methods (these and S-Prompts) keep their routing features and finished experts' outputs between those
+# evaluations (cache_evaluation), so each test image passes the backbone and its expert about once, not
+# once per later experience (the committed digits matrices are reproduced identically with it).
 
 COLOR_LR_CHOICE = ("--color-lr (default 0.05, set by hand for the runner's short budgets); --preset paper: "
                    "the CoLoR paper's")
@@ -138,7 +142,7 @@ def _color_options(routing: dict[str, str]) -> Callable[[MethodRun], dict[str, A
         ridge = {"router_width": run.config.ridge_width} if routing.get("router") == "ridge" else {}
         return dict(rank=run.rank, lr=run.config.color_lr, **routing, k=run.k,
                     prototypes_per_class=run.config.prototypes_per_class, **ridge, **run.weight_decay,
-                    **run.precision)
+                    **run.precision, cache_evaluation=True)
     return options
 
 
@@ -191,7 +195,8 @@ L2P_OPTIONS = dict(pool_size=10, prompt_length=5, top_n=5, lr=0.03)
 
 def _s_prompts_options(run: MethodRun) -> dict[str, Any]:
     return dict(prompt_length=S_PROMPTS_LENGTH, lr=run.config.color_lr, k=run.k,
-                prototypes_per_class=run.config.prototypes_per_class, **run.weight_decay, **run.precision)
+                prototypes_per_class=run.config.prototypes_per_class, **run.weight_decay, **run.precision,
+                cache_evaluation=True)
 
 
 PROMPTS = (
