@@ -13,11 +13,13 @@ The options are frozen dataclasses, grouped by the part of the method they set:
 
 Each method keeps its own options in its folder, as peft keeps ``tuners/<method>/config.py``:
 its model's options and its whole config (``color/config.py``: ``LoRAOptions``, ``CoLoRConfig``;
-``peers/s_prompts/config.py``; ``peers/l2p/config.py``). A strategy lists every field of its
-config as a keyword argument with the same default (a test checks they agree), builds the
-config once, and hands each part its own group (:meth:`Options.group`): the model its model
-options, the prototype fitting its :class:`PrototypeOptions`, the loaders their
-:class:`LoaderOptions`.
+``peers/s_prompts/config.py``; ``peers/l2p/config.py``). Each option is declared once, as a field
+(:func:`~avalanche_color.utils.checks.option`: its default, its check and its doc); the groups'
+Attributes, each strategy's ``__init__`` (its signature and Args, made from its config by
+:class:`~avalanche_color.training.strategy.ConfiguredStrategy`) and the docs' options table are made
+from those fields. A strategy builds its config once, from the keywords given, and hands each part
+its own group (:meth:`Options.group`): the model its model options, the prototype fitting its
+:class:`PrototypeOptions`, the loaders their :class:`LoaderOptions`.
 
 A bad value raises a ``ValueError`` naming the option, the value and what is allowed.
 Configs take keywords only (``CoLoRConfig(8)`` is a ``TypeError``).
@@ -25,11 +27,10 @@ Configs take keywords only (``CoLoRConfig(8)`` is a ``TypeError``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
 from avalanche_color.utils.checks import (Options, boolean, integer, non_negative, non_negative_int, one_of, option,
-                                          optional, positive, positive_int)
+                                          option_group, optional, positive, positive_int)
 
 RoutingFeatures = Literal["backbone", "first_expert"]
 Router = Literal["prototypes", "ridge", "gaussian", "oracle"]
@@ -46,87 +47,91 @@ PROTOTYPE_DATA: tuple[str, ...] = PrototypeData.__args__  # type: ignore[attr-de
 PRECISIONS: tuple[str, ...] = Precision.__args__  # type: ignore[attr-defined]
 
 
-@dataclass(frozen=True, kw_only=True)
+@option_group
 class RoutingOptions(Options):
-    """How each test sample reaches an expert: where its routing features come from, and what picks.
+    """How each test sample reaches an expert: where its routing features come from, and what picks."""
 
-    Attributes:
-        routing_features: where the features that prototypes are made of and samples are
-            routed by come from: ``"backbone"``, the frozen ViT (CoLoR, S-Prompts), or
-            ``"first_expert"``, the ViT with the first expert (CoLoR++).
-        router: what picks each sample's expert. ``"prototypes"``: the nearest k-means
-            prototype of those features (the paper). ``"oracle"``: the expert trained on the
-            sample's task label (task-incremental streams; no features needed). Beyond the
-            paper, off by default, class-level routers that predict each sample's (expert, class)
-            pair from statistics of every experience's features and labels
-            (:mod:`avalanche_color.routing.routers`): ``"ridge"`` (RanPAC's closed-form ridge
-            over random ReLU features) or ``"gaussian"`` (per-pair means, one shared covariance:
-            HiDe's Gaussians, in closed form).
-        router_width: the ridge router's random features M; its statistics hold M² float64
-            numbers (2048: 32 MiB), whatever the number of classes and experiences.
-        distance: between features and prototypes: ``"euclidean"``, ``"l1"`` or ``"cosine"``.
-        normalize_features: L2-normalise features before clustering and routing.
-        cache_evaluation: reuse routing features and frozen experts' outputs across
-            evaluations (exact; pays off when the same test stream is evaluated
-            after every experience with deterministic transforms).
-        cache_evaluation_bytes: the most host memory that cache takes (half for routing features,
-            half for logits; the oldest entries go first). 1 GiB holds the routing features of
-            about 170,000 images of a ViT-B/16.
-    """
+    routing_features: RoutingFeatures = option(
+        "backbone", one_of(ROUTING_FEATURES), expert_setting=True,
+        doc='where the features that prototypes are made of and samples are routed by come from: ``"backbone"``, '
+            'the frozen ViT (CoLoR, S-Prompts), or ``"first_expert"``, the ViT with the first expert (CoLoR++).')
+    router: Router = option(
+        "prototypes", one_of(ROUTERS), expert_setting=True,
+        doc='what picks each sample\'s expert. ``"prototypes"``: the nearest k-means prototype of its routing '
+            'features (the paper). ``"oracle"``: the expert trained on the sample\'s task label (the '
+            'task-incremental upper bound; needs distinct task labels, no features). Beyond the paper, '
+            'class-level routers that predict each sample\'s (expert, class) pair from statistics of every '
+            'experience\'s features and labels (:mod:`avalanche_color.routing.routers`): ``"ridge"`` (RanPAC\'s '
+            'closed-form ridge over random ReLU features) or ``"gaussian"`` (per-pair means, one shared '
+            'covariance: HiDe\'s Gaussians, in closed form).')
+    router_width: int = option(
+        2048, positive_int, expert_setting=True,
+        doc="the ridge router's random features M; its statistics hold M² float64 numbers (2048: 32 MiB), "
+            "whatever the number of classes and experiences.")
+    distance: Distance = option(
+        "euclidean", one_of(DISTANCES), expert_setting=True,
+        doc='between features and prototypes: ``"euclidean"`` (CoLoR\'s authors\' code), ``"l1"`` (S-Prompts\' '
+            'code) or ``"cosine"``.')
+    normalize_features: bool = option(
+        True, boolean, expert_setting=True,
+        doc="L2-normalise the routing features before k-means, the prototype distances and the class routers "
+            "(the paper's choice; the centres are not normalised again); False: cluster and route the raw "
+            "features.")
+    cache_evaluation: bool = option(
+        False, boolean,
+        doc="reuse routing features and frozen experts' outputs across evaluations (exact; pays off when the "
+            "same test stream is evaluated after every experience with deterministic transforms).")
+    cache_evaluation_bytes: int = option(
+        2**30, positive_int,
+        doc="the most host memory that cache takes, half for routing features, half for logits; the oldest "
+            "entries go first. 1 GiB holds the routing features of about 170,000 images of a ViT-B/16.")
 
-    routing_features: RoutingFeatures = option("backbone", one_of(ROUTING_FEATURES), expert_setting=True)
-    router: Router = option("prototypes", one_of(ROUTERS), expert_setting=True)
-    router_width: int = option(2048, positive_int, expert_setting=True)
-    distance: Distance = option("euclidean", one_of(DISTANCES), expert_setting=True)
-    normalize_features: bool = option(True, boolean, expert_setting=True)
-    cache_evaluation: bool = option(False, boolean)
-    cache_evaluation_bytes: int = option(2**30, positive_int)
 
-
-@dataclass(frozen=True, kw_only=True)
+@option_group
 class PrototypeOptions(Options):
-    """The prototypes fitted after each experience.
+    """The prototypes fitted after each experience."""
 
-    Attributes:
-        k: prototypes per experience (the paper: 5 domain-, 20 class-incremental).
-        kmeans_seed: k-means ``random_state``.
-        kmeans_n_init: k-means restarts (explicit: scikit-learn's default changed in 1.4).
-        prototype_data: embed the experience with its ``"train"`` transforms (as the
-            loader gives it, S-Prompts' choice) or its ``"eval"`` transforms.
-        prototype_batch_size: batch size of the embedding pass; None: the eval mini-batch size.
-        prototypes_per_class: beyond the paper, off by default: fit this many k-means
-            centres within each class of the experience (at most the class's sample count),
-            from the training labels CoLoR already has, instead of ``k`` centres over the
-            whole experience; every class then owns prototypes near its own samples.
-    """
+    k: int = option(
+        5, positive_int,
+        doc="prototypes per experience (the paper: 5 domain-incremental; class-incremental twice the new "
+            "classes, 20 on Split CIFAR-100).")
+    kmeans_seed: int = option(0, integer, doc="k-means ``random_state`` (scikit-learn's ``KMeans``).")
+    kmeans_n_init: int = option(
+        10, positive_int, doc="k-means restarts, ``n_init`` (explicit: scikit-learn's default changed in 1.4).")
+    prototype_data: PrototypeData = option(
+        "train", one_of(PROTOTYPE_DATA),
+        doc='embed the experience with its ``"train"`` transforms (as the loader gives it, S-Prompts\' choice) '
+            'or its ``"eval"`` transforms; the pass is seeded with ``kmeans_seed`` and leaves the run\'s random '
+            'generators as they were.')
+    prototype_batch_size: Optional[int] = option(
+        None, optional(positive_int),
+        doc="batch size of the pass that embeds an experience for its prototypes and the class routers' "
+            "statistics; None: ``eval_mb_size``. Lower it when that pass runs out of memory.")
+    prototypes_per_class: Optional[int] = option(
+        None, optional(positive_int),
+        doc="beyond the paper: fit this many k-means centres within each class of the experience (at most the "
+            "class's sample count), from its training labels, instead of ``k`` over the whole experience, so "
+            "that every class owns prototypes near its own samples; None: off.")
 
-    k: int = option(5, positive_int)
-    kmeans_seed: int = option(0, integer)
-    kmeans_n_init: int = option(10, positive_int)
-    prototype_data: PrototypeData = option("train", one_of(PROTOTYPE_DATA))
-    prototype_batch_size: Optional[int] = option(None, optional(positive_int))
-    prototypes_per_class: Optional[int] = option(None, optional(positive_int))
 
-
-@dataclass(frozen=True, kw_only=True)
+@option_group
 class LoaderOptions(Options):
     """How every loader of a strategy (training, prototype fitting, data scan, evaluation) loads data.
 
     The names and meanings are those of ``torch.utils.data.DataLoader`` and of Avalanche's
     ``strategy.train(experience, num_workers=...)``; keywords given to ``train`` or ``eval``
     replace these for that call.
-
-    Attributes:
-        num_workers: worker processes that load and transform batches while the model computes
-            (0: in the training process). With random transforms, the worker count changes
-            which random draws each sample gets, as in PyTorch.
-        pin_memory: page-locked batches for faster copies to a GPU; None: when the device is CUDA.
-        persistent_workers: keep the workers between epochs (needs ``num_workers`` >= 1).
     """
 
-    num_workers: int = option(0, non_negative_int)
-    pin_memory: Optional[bool] = option(None, optional(boolean))
-    persistent_workers: bool = option(False, boolean)
+    num_workers: int = option(
+        0, non_negative_int,
+        doc="DataLoader worker processes of every loader, which load and transform batches while the model "
+            "computes; 0: in the training process. With random transforms, the worker count changes which "
+            "random draws each sample gets, as in PyTorch.")
+    pin_memory: Optional[bool] = option(
+        None, optional(boolean), doc="page-locked batches, for faster copies to a GPU; None: when the device is CUDA.")
+    persistent_workers: bool = option(
+        False, boolean, doc="keep the workers between epochs (needs ``num_workers`` >= 1).")
 
     def _check_together(self) -> None:
         super()._check_together()
@@ -139,49 +144,48 @@ class LoaderOptions(Options):
         return {name: getattr(self, name) for name in LoaderOptions.names()}
 
 
-@dataclass(frozen=True, kw_only=True)
+@option_group
 class TrainingOptions(Options):
-    """The learning rate, the budget and the numeric precision.
+    """The learning rate, the budget and the numeric precision."""
 
-    Attributes:
-        lr: learning rate.
-        train_mb_size, train_epochs, eval_mb_size, eval_every: as in Avalanche's
-            ``SupervisedTemplate``.
-        precision: Lightning's names. ``"32-true"``: float32 throughout. ``"bf16-mixed"``: each
-            training and evaluation forward and its loss run under ``torch.autocast(bfloat16)``; the
-            trained weights (experts, heads, prompts, magnitudes) and their updates stay float32,
-            and the routers, k-means and the closed-form solvers compute in float32/float64.
-            ``"16-mixed"``: the same with float16, and a gradient scaler
-            (:class:`~avalanche_color.training.strategy.MixedPrecision`). Not an expert setting: a model trained
-            under one precision loads and continues under another.
-        check_data: scan each training experience for bad samples (non-finite pixels, labels that are
-            not class ids) before the model changes for it; empty experiences, non-finite evaluation
-            pixels and a non-finite loss are refused either way (:mod:`avalanche_color.training.data_checks`).
-    """
+    lr: float = option(
+        1e-3, positive,
+        doc="learning rate of the optimiser made for each experience (CoLoR: SGD, cosine-annealed over the "
+            "experience's steps).")
+    train_mb_size: int = option(128, positive_int, doc="training mini-batch size.")
+    train_epochs: int = option(50, positive_int, doc="epochs per experience.")
+    eval_mb_size: int = option(128, positive_int, doc="evaluation mini-batch size.")
+    eval_every: int = option(
+        -1, integer,
+        doc='Avalanche\'s periodic evaluation during training: every that many epochs (or iterations, with '
+            '``peval_mode="iteration"``); 0: at the end of each experience only; -1: never.')
+    precision: Precision = option(
+        "32-true", one_of(PRECISIONS),
+        doc='Lightning\'s names. ``"32-true"``: float32 throughout. ``"bf16-mixed"``: each training and '
+            'evaluation forward and its loss run under ``torch.autocast(bfloat16)``; the trained weights '
+            '(experts, heads, prompts, magnitudes) and their updates stay float32, and the routers, k-means and '
+            'the closed-form solvers compute in float32/float64. ``"16-mixed"``: the same with float16, and a '
+            'gradient scaler (:class:`~avalanche_color.training.strategy.MixedPrecision`). A ViT given in '
+            'bfloat16 stays so (half its memory) and computes in bfloat16 under ``"32-true"`` too, the trained '
+            'weights float32 beside it. Not an expert setting: a model trained under one precision loads and '
+            'continues under another.')
+    check_data: bool = option(
+        True, boolean,
+        doc="scan each training experience for bad samples (non-finite pixels, labels that are not class ids) "
+            "before the model changes for it; empty experiences, non-finite evaluation pixels and a non-finite "
+            "loss are refused either way (:mod:`avalanche_color.training.data_checks`).")
 
-    lr: float = option(1e-3, positive)
-    train_mb_size: int = option(128, positive_int)
-    train_epochs: int = option(50, positive_int)
-    eval_mb_size: int = option(128, positive_int)
-    eval_every: int = option(-1, integer)
-    precision: Precision = option("32-true", one_of(PRECISIONS))
-    check_data: bool = option(True, boolean)
 
-
-@dataclass(frozen=True, kw_only=True)
+@option_group
 class ExpertTrainingOptions(TrainingOptions):
-    """How each expert is trained: SGD with a cosine schedule restarting per experience.
+    """How each expert is trained: SGD with a cosine schedule restarting per experience."""
 
-    Attributes:
-        momentum, weight_decay: SGD's.
-    """
-
-    momentum: float = option(0.9, non_negative)
-    weight_decay: float = option(2e-4, non_negative)
+    momentum: float = option(0.9, non_negative, doc="SGD's momentum.")
+    weight_decay: float = option(2e-4, non_negative, doc="SGD's weight decay.")
 
 
-@dataclass(frozen=True, kw_only=True)
-class RoutedExpertsConfig(LoaderOptions, RoutingOptions, PrototypeOptions, ExpertTrainingOptions):
+@option_group
+class RoutedExpertsConfig(RoutingOptions, PrototypeOptions, ExpertTrainingOptions, LoaderOptions):
     """What every routed-expert method (CoLoR, S-Prompts) sets besides its experts: routing,
     prototypes, SGD training and loaders. A method's config adds its expert's options
     (:class:`~avalanche_color.color.config.CoLoRConfig`,

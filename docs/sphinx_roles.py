@@ -15,6 +15,7 @@ def shown(match: re.Match) -> str:
 
 
 class SphinxRoles(griffe.Extension):
-    def on_instance(self, *, obj: griffe.Object, **kwargs: Any) -> None:
+    # Once the object tree is built: the docstrings that derived_docs.py takes from the package are shown too.
+    def on_object(self, *, obj: griffe.Object, **kwargs: Any) -> None:
         if obj.docstring is not None:
             obj.docstring.value = ROLE.sub(shown, obj.docstring.value)

@@ -46,7 +46,7 @@ def check_signature_agrees_with_config(strategy_class, config_class) -> None:
     for name, parameter in options.items():
         assert parameter.default == fields[name].default, name
         assert strategy_hints[name] == config_hints[name], name
-    doc = inspect.getdoc(strategy_class)
+    doc = inspect.getdoc(strategy_class.__init__)
     assert all(f"    {name}:" in doc for name in options), "every option is documented"
 
 

@@ -1,11 +1,13 @@
-"""Every option is written in its strategy's own ``__init__``, with its type and default, and
-fills one config dataclass: the two agree, and the config reaches each part of the method once."""
+"""Every option is declared once, as a field of its method's config (default, check, doc); each strategy's
+``__init__`` shows them all (signature, Args, ``help()``), made from that declaration, and the config the
+strategy builds reaches each part of the method once."""
 
 from __future__ import annotations
 
-import ast
 import dataclasses
+import importlib
 import inspect
+import pkgutil
 import pydoc
 import re
 import typing
@@ -17,70 +19,108 @@ import torch
 from avalanche.training import Naive
 from avalanche.training.templates.base import PositionalArgumentsDeprecatedWarning
 
+import avalanche_color
 from avalanche_color import (L2P, CLLoRA, CoLoR, CoLoRConfig, ConfiguredStrategy, DataChecksPlugin, InfLoRA,
-                             L2PConfig, L2PModelOptions, LoRAExpertsPlugin, LoRAOptions, LoRASubtraction,
-                             PromptOptions, PrototypeOptions, PrototypeRouterPlugin, SDLoRA, SPrompts, SPromptsConfig)
-from avalanche_color import config as config_module
-from avalanche_color.config import LoaderOptions
+                             L2PModelOptions, LoRAOptions, LoRASubtraction, PromptOptions, PrototypeOptions,
+                             PrototypeRouterPlugin, SDLoRA, SPrompts, SPromptsConfig)
+from avalanche_color.config import ExpertTrainingOptions, LoaderOptions, RoutingOptions, TrainingOptions
 from avalanche_color.runner.methods import package_strategies
-from avalanche_color.utils.checks import Options
+from avalanche_color.training.strategy import STRATEGY_KEYWORDS
+from avalanche_color.utils.checks import Options, option, option_group, positive_int
 from helpers import quiet_evaluator
 from streams import tiny_vit
 
-STRATEGIES = [(CoLoR, CoLoRConfig), (SPrompts, SPromptsConfig), (L2P, L2PConfig)]
 # Every strategy of the package on the one base, from the runner's registry (a registered method's is among
 # them): the same call, model then config then every option.
 ALL_STRATEGIES = [(strategy, strategy.config_class) for strategy in package_strategies().values()
                   if issubclass(strategy, ConfiguredStrategy)]
 MODEL_OPTIONS = {CoLoR: LoRAOptions, SPrompts: PromptOptions, L2P: L2PModelOptions}
-AVALANCHE_KEYWORDS = ["criterion", "device", "plugins", "evaluator"]
+AVALANCHE_KEYWORDS = list(STRATEGY_KEYWORDS)
 
 
-def init_node(strategy: type) -> ast.FunctionDef:
-    """The ``__init__`` of ``strategy`` as written in its module's source."""
-    tree = ast.parse(Path(inspect.getsourcefile(strategy)).read_text())
-    [node] = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == strategy.__name__]
-    [init] = [item for item in node.body if isinstance(item, ast.FunctionDef) and item.name == "__init__"]
-    return init
+def option_groups() -> list[type[Options]]:
+    """Every option group the package declares: those of the shared config, CoLoR's, each peer's, the baselines'."""
+    import avalanche_color.peers
+
+    peers = [f"avalanche_color.peers.{peer.name}.config"
+             for peer in pkgutil.iter_modules(avalanche_color.peers.__path__) if peer.ispkg]
+    for module in ("avalanche_color.config", "avalanche_color.color.config", "avalanche_color.baselines.options"):
+        importlib.import_module(module)
+    for module in peers:
+        importlib.import_module(module)
+    found, pending = set(), [Options]
+    while pending:
+        for subclass in pending.pop().__subclasses__():
+            if subclass.__module__.startswith("avalanche_color.") and subclass not in found:
+                found.add(subclass)
+                pending.append(subclass)
+    return sorted(found, key=lambda group: group.__name__)
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def help_text(strategy: type) -> str:
+    """What ``help(strategy)`` prints, on one line (without the bars before a class's members)."""
+    return one_line(re.sub(r"(?m)^ *\| ?", "", pydoc.render_doc(strategy, renderer=pydoc.plaintext)))
+
+
+# ---------------------------------------------------------------------- one declaration, shown everywhere
 
 
 @pytest.mark.parametrize("strategy, config_class", ALL_STRATEGIES)
-def test_the_source_lists_every_option_of_the_config_with_its_default(strategy, config_class):
-    # What a reader of the strategy's module sees: model, then keyword-only config and options.
-    init = init_node(strategy)
-    assert [argument.arg for argument in init.args.args] == ["self", "model"]
-    keywords = [argument.arg for argument in init.args.kwonlyargs]
-    defaults = dict(zip(keywords, init.args.kw_defaults))
-    assert keywords[0] == "config" and keywords[-len(AVALANCHE_KEYWORDS):] == AVALANCHE_KEYWORDS
-    assert init.args.kwarg.arg == "kwargs"
-    options = keywords[1:-len(AVALANCHE_KEYWORDS)]
-    fields = {field.name: field.default for field in dataclasses.fields(config_class)}
-    assert sorted(options) == sorted(fields)
-    assert {name: ast.literal_eval(defaults[name]) for name in options} == fields
-
-
-@pytest.mark.parametrize("strategy, config_class", ALL_STRATEGIES)
-def test_the_signature_types_each_option_as_its_config_does(strategy, config_class):
+def test_the_signature_lists_the_model_config_every_option_and_avalanches_keywords(strategy, config_class):
     parameters = inspect.signature(strategy).parameters
-    hints = typing.get_type_hints(strategy.__init__)
+    fields = {spec.name: spec for spec in dataclasses.fields(config_class)}
+    assert list(parameters) == ["model", "config", *config_class.names(), *AVALANCHE_KEYWORDS, "kwargs"]
+    assert sorted(config_class.names()) == sorted(fields)
+    assert parameters["model"].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+    assert {p.kind for name, p in parameters.items() if name not in ("model", "kwargs")} == {
+        inspect.Parameter.KEYWORD_ONLY}
+    assert parameters["kwargs"].kind is inspect.Parameter.VAR_KEYWORD
+    # Each option's type and default as the config declares them; the annotations agree with the signature.
     field_hints = typing.get_type_hints(config_class)
-    options = [name for name in parameters if name in field_hints]
-    assert len(options) == len(field_hints)
-    assert {name: hints[name] for name in options} == field_hints
-    assert {name: parameters[name].default for name in options} == {
-        field.name: field.default for field in dataclasses.fields(config_class)}
-    assert hints["config"] == typing.Optional[config_class] and parameters["config"].default is None
-    assert "__signature__" not in vars(strategy)  # nothing synthesised: the signature is the source's
+    assert {name: parameters[name].annotation for name in fields} == field_hints
+    assert {name: parameters[name].default for name in fields} == {name: spec.default for name, spec in fields.items()}
+    assert parameters["config"].annotation == typing.Optional[config_class] and parameters["config"].default is None
+    hints = typing.get_type_hints(strategy.__init__)
+    assert {name: hints[name] for name in parameters if name != "kwargs"} == {
+        name: p.annotation for name, p in parameters.items() if name != "kwargs"}
 
 
-@pytest.mark.parametrize("strategy, config_class", STRATEGIES)
-def test_the_docstring_documents_every_argument(strategy, config_class):
-    documented = re.findall(r"^ {12}(\*\*)?(\w+):", strategy.__init__.__doc__, flags=re.MULTILINE)
-    names = [name for _, name in documented]
-    assert names == [name for name in inspect.signature(strategy).parameters]
+@pytest.mark.parametrize("strategy, config_class", ALL_STRATEGIES)
+def test_the_options_come_in_the_order_of_their_declaration_the_methods_own_first(strategy, config_class):
+    # The config's own fields first, in the order its class body writes them.
+    own = list(inspect.get_annotations(config_class))
+    assert list(config_class.names()[:len(own)]) == own
 
 
-def test_help_shows_every_option_with_its_default():
+def test_colors_options_are_its_groups_in_the_order_its_config_combines_them():
+    groups = [LoRAOptions, RoutingOptions, PrototypeOptions, ExpertTrainingOptions, TrainingOptions, LoaderOptions]
+    assert list(CoLoRConfig.names()) == [name for group in groups for name in inspect.get_annotations(group)]
+    assert CoLoRConfig.names()[:3] == ("rank", "alpha", "routing_features")
+
+
+@pytest.mark.parametrize("strategy, config_class", ALL_STRATEGIES)
+def test_every_option_has_a_doc_and_help_shows_it_with_its_default(strategy, config_class):
+    text = help_text(strategy)
+    for spec in config_class.option_fields():
+        doc = spec.metadata["doc"]
+        assert doc and doc == doc.strip(), spec.name
+        assert f"{spec.name}: {one_line(doc)} Default: ``{spec.default!r}``." in text, spec.name
+    for name, doc in STRATEGY_KEYWORDS.items():
+        assert f"{name}: {one_line(doc)}" in text
+
+
+@pytest.mark.parametrize("strategy, config_class", ALL_STRATEGIES)
+def test_the_init_docstring_documents_every_argument_in_order(strategy, config_class):
+    documented = re.findall(r"^ {4}(?:\*\*)?(\w+):", inspect.getdoc(strategy.__init__), flags=re.MULTILINE)
+    assert documented == list(inspect.signature(strategy).parameters)
+    assert f"its own settings ({', '.join(strategy.model_settings())})" in one_line(strategy.__init__.__doc__)
+
+
+def test_help_shows_every_option_with_its_type_and_default():
     text = pydoc.render_doc(CoLoR, renderer=pydoc.plaintext)
     for shown in ("rank: int = 64", "k: int = 5", "alpha: Optional[float] = None",
                   "routing_features: Literal['backbone', 'first_expert'] = 'backbone'",
@@ -89,20 +129,82 @@ def test_help_shows_every_option_with_its_default():
         assert shown in text
 
 
+@pytest.mark.parametrize("group", option_groups(), ids=lambda group: group.__name__)
+def test_every_option_groups_attributes_name_each_field_with_its_doc(group):
+    doc = inspect.getdoc(group)
+    section = doc[doc.index("\nAttributes:\n"):]
+    assert re.findall(r"^ {4}(\w+):", section, flags=re.MULTILINE) == list(group.names())
+    for spec in group.option_fields():
+        assert f"{spec.name}: {one_line(spec.metadata['doc'])} Default: ``{spec.default!r}``." in one_line(section)
+
+
+def test_a_field_declared_again_keeps_the_doc_of_its_group_or_writes_its_own():
+    assert SPromptsConfig.defaults()["distance"] == "l1" != RoutingOptions.defaults()["distance"]
+    distance = {group: {spec.name: spec for spec in group.option_fields()}["distance"].metadata["doc"]
+                for group in (RoutingOptions, SPromptsConfig)}
+    assert distance[RoutingOptions] != distance[SPromptsConfig] and "S-Prompts' code" in distance[SPromptsConfig]
+    l2p_epochs = {spec.name: spec for spec in avalanche_color.L2PConfig.option_fields()}["train_epochs"]
+    assert l2p_epochs.default == 5 and l2p_epochs.metadata["doc"] == "epochs per experience."
+    with pytest.raises(TypeError, match=r"Undocumented\.width needs doc="):
+        @option_group
+        class Undocumented(Options):
+            width: int = option(1, positive_int)
+
+
+@pytest.mark.parametrize("group", option_groups(), ids=lambda group: group.__name__)
+def test_option_groups_take_keywords_only(group):
+    # CoLoRConfig(8) once set lr=8, the first field.
+    with pytest.raises(TypeError, match="positional"):
+        group(8)
+    assert group() == group(**group.defaults())
+
+
+def test_no_module_of_the_package_gathers_options_from_locals():
+    package = Path(avalanche_color.__file__).parent
+    assert [str(path) for path in package.rglob("*.py") if "locals()" in path.read_text()] == []
+    for strategy, _ in ALL_STRATEGIES:
+        assert "locals()" not in Path(inspect.getsourcefile(strategy)).read_text()
+
+
+def test_the_options_table_of_the_docs_lists_colors_options_with_their_defaults_and_docs():
+    from benchmarks.reporting.readme import render_options
+
+    rows = [line for line in render_options("CoLoRConfig").splitlines() if line.startswith("| `")]
+    assert [re.match(r"\| `(\w+)`", row)[1] for row in rows] == [*CoLoRConfig.names(), *AVALANCHE_KEYWORDS]
+    assert rows[0].startswith("| `rank` | 64 | LoRA rank r on the query and value projections")
+    assert "| `precision` | `\"32-true\"` |" in render_options("CoLoRConfig")
+    assert "`MixedPrecision`" in render_options("CoLoRConfig") and ":class:" not in render_options("CoLoRConfig")
+
+
+# ---------------------------------------------------------------------- what the keywords build
+
+
 @pytest.mark.parametrize("strategy, config_class", ALL_STRATEGIES)
 def test_a_config_and_the_same_options_as_keywords_build_the_same_strategy(strategy, config_class):
     options = {"train_epochs": 2, "lr": 0.5, "eval_mb_size": 7}
     by_keywords = strategy(tiny_vit(0), evaluator=quiet_evaluator(), **options)
     by_config = strategy(tiny_vit(0), config=config_class(**options), evaluator=quiet_evaluator())
-    # Options given beside a config with a value other than their default replace its fields.
+    # Options given beside a config replace its fields.
     mixed = strategy(tiny_vit(0), config=config_class(eval_mb_size=7), train_epochs=2, lr=0.5,
                      evaluator=quiet_evaluator(), peval_mode="epoch")
     assert by_keywords.config == by_config.config == mixed.config == config_class(**options)
     assert (mixed.train_epochs, mixed.eval_mb_size) == (2, 7)
+    # Given means given: an option given with its default value replaces the config's field all the same.
+    default = config_class.defaults()["train_epochs"]
+    assert strategy(tiny_vit(0), config=config_class(train_epochs=default + 1), train_epochs=default,
+                    evaluator=quiet_evaluator()).config.train_epochs == default
 
 
-@pytest.mark.parametrize("strategy, config_class", STRATEGIES)
-def test_each_part_receives_its_own_group_of_options(strategy, config_class):
+@pytest.mark.parametrize("strategy, config_class", ALL_STRATEGIES)
+def test_an_unknown_keyword_is_refused_naming_the_options(strategy, config_class):
+    with pytest.raises(TypeError, match=rf"{strategy.__name__} got unexpected keyword arguments \['colour'\]; its "
+                                        rf"options are {re.escape(', '.join(config_class.names()))} "
+                                        rf"\(see {config_class.__name__}\)"):
+        strategy(tiny_vit(0), colour="blue", evaluator=quiet_evaluator())
+
+
+@pytest.mark.parametrize("strategy", list(MODEL_OPTIONS))
+def test_each_part_receives_its_own_group_of_options(strategy):
     made = strategy(tiny_vit(0), evaluator=quiet_evaluator(), train_epochs=2, num_workers=1)
     model_options = MODEL_OPTIONS[strategy]
     assert type(made.model.config) is model_options and made.model.config == made.config.group(model_options)
@@ -178,25 +280,9 @@ def test_a_continued_model_keeps_its_options_and_they_fill_the_config():
     assert CoLoR(first.model, rank=4, evaluator=quiet_evaluator()).config.rank == 4
     with pytest.raises(ValueError, match=r"leave \['alpha'\] unset \(the model's: alpha=2.0\)"):
         CoLoR(first.model, alpha=8.0, evaluator=quiet_evaluator())
-
-
-def option_classes() -> list[type[Options]]:
-    from avalanche_color.color import config as color_config
-    from avalanche_color.peers.l2p import config as l2p_config
-    from avalanche_color.peers.s_prompts import config as s_prompts_config
-
-    modules = [config_module, color_config, l2p_config, s_prompts_config]
-    return sorted({value for module in modules for value in vars(module).values()
-                   if isinstance(value, type) and issubclass(value, Options) and value is not Options},
-                  key=lambda cls: cls.__name__)
-
-
-@pytest.mark.parametrize("config_class", option_classes(), ids=lambda c: c.__name__)
-def test_configs_take_keywords_only(config_class):
-    # CoLoRConfig(8) once set lr=8, the first field.
-    with pytest.raises(TypeError, match="positional"):
-        config_class(8)
-    assert config_class() == config_class(**config_class.defaults())
+    # Given means given: the default value, given, contradicts the model's own too.
+    with pytest.raises(ValueError, match=r"leave \['rank'\] unset \(the model's: rank=4\)"):
+        CoLoR(first.model, rank=64, evaluator=quiet_evaluator())
 
 
 # ---------------------------------------------------------------------- positional arguments
@@ -211,7 +297,7 @@ def test_the_model_alone_may_be_positional_without_a_warning():
     assert (strategy.model.rank, strategy.config.k, by_keyword.model.rank) == (8, 20, 8)
 
 
-@pytest.mark.parametrize("strategy, config_class", STRATEGIES)
+@pytest.mark.parametrize("strategy, config_class", ALL_STRATEGIES)
 def test_a_positional_argument_after_the_model_warns_as_in_avalanches_naive(strategy, config_class):
     vit = tiny_vit()
     with pytest.warns(PositionalArgumentsDeprecatedWarning) as naive:
@@ -240,6 +326,9 @@ def test_a_users_subclass_takes_its_model_first_too():
         plain, own = Plain(vit, rank=4, evaluator=evaluators[0]), WithOwnOption(vit, scale=2.0, rank=4,
                                                                                  evaluator=evaluators[1])
     assert (plain.model.rank, own.model.rank, own.scale) == (4, 4, 2.0)
+    # A subclass shows the options it inherits, or the signature it writes itself.
+    assert inspect.signature(Plain) == inspect.signature(CoLoR)
+    assert list(inspect.signature(WithOwnOption).parameters) == ["model", "scale", "options"]
     with pytest.warns(PositionalArgumentsDeprecatedWarning):
         assert Plain(vit, CoLoRConfig(rank=2), evaluator=quiet_evaluator()).model.rank == 2
 

@@ -9,12 +9,11 @@ them, which refuses a bad value naming the option, the value and what is allowed
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Optional
 
 from avalanche.core import BasePlugin
 
-from avalanche_color.utils.checks import Options, boolean, option, positive_int
+from avalanche_color.utils.checks import Options, boolean, option, option_group, positive_int
 
 
 def plugin_list(value: object) -> Optional[str]:
@@ -22,18 +21,15 @@ def plugin_list(value: object) -> Optional[str]:
     return None if value is None or isinstance(value, Sequence) else "must be a sequence of Avalanche plugins or None"
 
 
-@dataclass(frozen=True, kw_only=True)
+@option_group
 class BaselineOptions(Options):
-    """What every baseline strategy takes besides its model and its own options.
+    """What every baseline strategy takes besides its model and its own options."""
 
-    Attributes:
-        check_data: scan each training experience for bad samples (non-finite pixels, labels that are
-            not class ids, images the ViT cannot take) before the model changes for it.
-        train_mb_size, eval_mb_size: as in Avalanche's ``SupervisedTemplate``.
-        plugins: the user's Avalanche plugins (a list or tuple, copied by the strategy), or None.
-    """
-
-    check_data: bool = option(True, boolean)
-    train_mb_size: int = option(128, positive_int)
-    eval_mb_size: int = option(128, positive_int)
-    plugins: Optional[Sequence[BasePlugin]] = option(None, plugin_list)
+    check_data: bool = option(
+        True, boolean,
+        doc="scan each training experience for bad samples (non-finite pixels, labels that are not class ids, "
+            "images the ViT cannot take) before the model changes for it.")
+    train_mb_size: int = option(128, positive_int, doc="training mini-batch size, as in Avalanche.")
+    eval_mb_size: int = option(128, positive_int, doc="evaluation mini-batch size, as in Avalanche.")
+    plugins: Optional[Sequence[BasePlugin]] = option(
+        None, plugin_list, doc="the user's Avalanche plugins (a list or tuple, copied by the strategy), or None.")

@@ -8,24 +8,25 @@
   the experience (``self.lr_scheduler``, made by the ``restart_*`` methods) stepped after every optimiser
   step, and an unpadded evaluation shard per rank under torchrun.
 * :class:`ConfiguredStrategy`: every method (CoLoR, S-Prompts, L2P, SD-LoRA, InfLoRA, LoRA-Sub, CL-LoRA)
-  is one. A strategy lists every field of its config as a keyword argument of its own ``__init__``, with
-  the same default (``tests/test_signatures.py`` checks that they agree), and builds its config from them
-  itself, after :meth:`ConfiguredStrategy.checked_options` (plugins that cannot act on the method refused,
-  ``optimizer=`` refused, a ready model's own settings taken); the base then builds the model from a copy
-  of the ViT (or keeps the ready model) and runs the per-experience loop: the model adapts, then the method
-  prepares what is new, then a fresh optimiser over what trains now; under torchrun the training steps run
-  through DDP over it. A method says what is its own: its config, model and refused plugins (class
-  attributes), :meth:`~ConfiguredStrategy.make_optimizer`, and where it needs them
-  :meth:`~ConfiguredStrategy.prepare_experience`, :meth:`~ConfiguredStrategy.own_plugins`, ``forward`` and
-  ``criterion``.
+  is one, and writes no ``__init__``: the base's takes the model, ``config`` and the method's options as
+  keywords and builds the config from those given (``config_class.build(config, **options)``), after
+  :meth:`ConfiguredStrategy.checked_options` (plugins that cannot act on the method refused, ``optimizer=``
+  refused, unknown keywords refused by name, a ready model's own settings taken); each method's
+  ``__init__`` shows the signature and Args its config declares (:func:`documented_init`). The base then
+  builds the model from a copy of the ViT (or keeps the ready model) and runs the per-experience loop: the
+  model adapts, then the method prepares what is new, then a fresh optimiser over what trains now; under
+  torchrun the training steps run through DDP over it. A method says what is its own: its config, model
+  and refused plugins (class attributes), :meth:`~ConfiguredStrategy.make_optimizer`, and where it needs
+  them :meth:`~ConfiguredStrategy.prepare_experience`, :meth:`~ConfiguredStrategy.own_plugins`, ``forward``
+  and ``criterion``.
 * :class:`RoutedExpertsTemplate`: the training CoLoR and S-Prompts share over it (one expert per
   experience, SGD and a cosine schedule, the prototype router).
 
 In the file's order: the model-first ``__init__`` (:func:`model_first`) that each class statement applies,
 :class:`StrategyBase`, :class:`ConfiguredStrategy`, the plugins a strategy refuses and why
 (:func:`incompatible_plugin_reasons`), :class:`RoutedExpertsTemplate`, then the parts the classes hold or
-call: the numeric precision (:class:`MixedPrecision`) and the checks of a strategy's keywords before its
-config is built.
+call: the numeric precision (:class:`MixedPrecision`), each method's ``__init__`` made from its config
+(:func:`documented_init`) and the checks of a strategy's keywords before its config is built.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import copy
 import functools
 import inspect
 import math
+import typing
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -59,7 +61,7 @@ from avalanche_color.training.distributed import (eval_loader, eval_row_counts, 
                                                   wrap_current_expert)
 from avalanche_color.training.loaders import loader_options
 from avalanche_color.training.router_fitting import PrototypeRouterPlugin
-from avalanche_color.utils.checks import one_of, require, usable_device
+from avalanche_color.utils.checks import docstring_item, one_of, require, usable_device
 from avalanche_color.utils.experiences import continues_experience, origin_experience
 
 
@@ -281,25 +283,13 @@ class StrategyBase(SupervisedTemplate):
 class ConfiguredStrategy(StrategyBase):
     """A ``SupervisedTemplate`` set up from one options dataclass, trained experience by experience.
 
-    Subclasses set :attr:`config_class`, :attr:`model_class` and :attr:`model_config_class`, write
-    ``__init__(self, model, *, config=None, <every option of config_class>, criterion=None,
-    device="cpu", plugins=None, evaluator=default_evaluator, **kwargs)``, build their config there
-    (``config_class.build(config, **options)``, the options from :meth:`checked_options`) and pass it
-    on with the other arguments by name, and implement :meth:`make_optimizer`.
-
-    Args:
-        model: a timm ``VisionTransformer``: the strategy wraps a copy of it into
-            :attr:`model_class`, so the ViT given stays as it was, usable by other strategies;
-            or a :attr:`model_class` instance (a strategy's ``model``) to continue from: then its
-            own settings (:meth:`model_settings`) apply, and one given a value other than its
-            default and the model's is refused.
-        config: the method's :attr:`config_class`, built by its ``__init__``.
-        criterion: loss; a new ``CrossEntropyLoss`` by default.
-        device, evaluator: as in Avalanche's ``SupervisedTemplate``.
-        plugins: the user's plugins, after the method's own; the list is copied, never changed.
-            Plugins that cannot act on the strategy (replay, distillation, regularisation, LR
-            schedulers) are refused with the reason (:func:`incompatible_plugin_reasons`).
-        template_options: other keywords of Avalanche's ``SupervisedTemplate`` (``peval_mode``, ...).
+    A method sets :attr:`config_class`, :attr:`model_class` and :attr:`model_config_class` and implements
+    :meth:`make_optimizer`; it writes no ``__init__``. This class's ``__init__`` takes the model, ``config``
+    and the method's options as keywords, builds the config (``config_class.build(config, **options)``)
+    and the model, and passes Avalanche's keywords on to its template. For each class that sets
+    :attr:`config_class`, :meth:`__init_subclass__` gives that ``__init__`` the signature and Args its config
+    declares (:func:`documented_init`): ``inspect.signature``, ``help()`` and the docs list every option with
+    its type, default and doc, written once in the config.
     """
 
     # Every method's config holds the budget and precision (TrainingOptions) and the loader options.
@@ -318,20 +308,37 @@ class ConfiguredStrategy(StrategyBase):
     # Under torchrun: the model in DDP over what trains, for training steps (set per experience).
     ddp_model: Optional[nn.Module] = None
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)  # StrategyBase: the model first
+        if "config_class" in vars(cls):
+            cls.__init__ = model_first(documented_init(cls))  # type: ignore[method-assign]
+
     def __init__(
         self,
-        *,
         model: nn.Module,
-        config: Options,
+        *,
+        config: Optional[Options] = None,
         criterion: Optional[nn.Module] = None,
         device: Union[str, torch.device] = "cpu",
         plugins: Optional[Sequence[BasePlugin]] = None,
         evaluator: Union[EvaluationPlugin, Callable[[], EvaluationPlugin]] = default_evaluator,
-        template_options: Optional[Mapping[str, Any]] = None,
+        **options: Any,
     ) -> None:
-        cls = type(self)
-        if not isinstance(model, cls.model_class):
-            model = cls.build_model(model, config.group(cls.model_config_class))
+        """
+        Args:
+            model: a timm ``VisionTransformer``, of which the strategy builds its :attr:`model_class` on a copy
+                (the ViT given stays as it was, usable by other strategies); or a :attr:`model_class` instance
+                (a strategy's ``model``) to continue from: its own settings (:meth:`model_settings`) then apply,
+                and one given another value is refused.
+            config: all options as one :attr:`config_class`; an option given beside it replaces its field.
+            criterion, device, plugins, evaluator: as :data:`STRATEGY_KEYWORDS` says.
+            **options: the method's options (the fields of :attr:`config_class`) and other keywords of
+                Avalanche's ``SupervisedTemplate`` (``peval_mode``, ...); any other keyword is refused by name.
+        """
+        options, template_options = self.checked_options(model, config, plugins, options)
+        config = self.config_class.build(config, **options)
+        if not isinstance(model, self.model_class):
+            model = self.build_model(model, config.group(self.model_config_class))
         self.config = config
         self.loader_defaults = config.group(LoaderOptions)
         budget: TrainingOptions = config
@@ -351,23 +358,23 @@ class ConfiguredStrategy(StrategyBase):
             precision=budget.precision,
             evaluator=evaluator,
             eval_every=budget.eval_every,
-            **(template_options or {}),
+            **template_options,
         )
 
     @classmethod
-    def checked_options(cls, model: nn.Module, config: Optional[Options], options: Mapping[str, Any],
-                        plugins: Optional[Sequence[BasePlugin]],
-                        template_options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-        """What the method's ``__init__`` builds its config from: the options given a value other than their
-        default and a ready model's own settings, with Avalanche's other keywords; refused first, before
-        the ViT is copied: plugins that cannot act on the method, an optimiser object, unknown keywords,
-        a ready model's setting given another value."""
-        template_options = dict(template_options)
+    def checked_options(cls, model: nn.Module, config: Optional[Options], plugins: Optional[Sequence[BasePlugin]],
+                        keywords: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The keywords given beside the model, split into the options the config is built from (those given,
+        and a ready model's own settings) and Avalanche's template keywords; refused first, before the ViT is
+        copied: plugins that cannot act on the method, an optimiser object, unknown keywords, a ready model's
+        setting given another value."""
+        names = cls.config_class.names()
+        options = {name: value for name, value in keywords.items() if name in names}
+        template_options = {name: value for name, value in keywords.items() if name not in names}
         cls.refuse_incompatible_plugins(plugins)  # StrategyBase then skips it
         refuse_optimizer(cls, options, template_options)
-        refuse_unknown_keywords(cls, template_options, options)
-        given = given_options(cls.config_class, options)
-        return {**given, **ready_model_options(cls, model, config, given)}, template_options
+        refuse_unknown_keywords(cls, template_options)
+        return {**options, **ready_model_options(cls, model, config, options)}, template_options
 
     # ------------------------------------------------------------------ what a method says
 
@@ -623,6 +630,67 @@ def narrow_parameters(parameters: Any) -> dict[torch.dtype, int]:
     return counts
 
 
+# ---------------------------------------------------------------------- a method's __init__, made from its config
+
+# The keywords every method takes beside its model and options, as the Args of its __init__ describe them.
+STRATEGY_KEYWORDS = {
+    "criterion": "the loss; a new ``CrossEntropyLoss`` by default.",
+    "device": "where the model trains and evaluates.",
+    "plugins": "Avalanche plugins, after the strategy's own (the list is copied, never changed); those that "
+               "cannot act on the strategy (replay, distillation, regularisation, LR schedulers) are refused "
+               "with the reason.",
+    "evaluator": "Avalanche's ``EvaluationPlugin``, or a factory of one.",
+}
+
+
+def documented_init(strategy: type[ConfiguredStrategy]) -> Callable[..., None]:
+    """``strategy``'s ``__init__``: the one it inherits, with the signature and docstring its config declares.
+
+    What ``inspect.signature``, ``help()``, Jupyter and the API docs show: ``model``, then, keywords only,
+    ``config``, every option of :attr:`~ConfiguredStrategy.config_class` with its type and default (in the
+    order of :meth:`~avalanche_color.utils.checks.Options.option_fields`), Avalanche's keywords and
+    ``**kwargs``; the Args give each option's doc. A static type checker sees the inherited ``**options``;
+    ``config_class(...)`` is the statically typed way to give options.
+    """
+    inherited = strategy.__init__
+    base = inspect.signature(inspect.unwrap(ConfiguredStrategy.__init__), eval_str=True).parameters
+    config_class = strategy.config_class
+    hints = typing.get_type_hints(config_class)
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    parameters = [
+        base["self"], base["model"], base["config"].replace(annotation=Optional[config_class]),
+        *(inspect.Parameter(spec.name, keyword, default=spec.default, annotation=hints[spec.name])
+          for spec in config_class.option_fields()),
+        *(base[name] for name in STRATEGY_KEYWORDS),
+        inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD, annotation=Any),
+    ]
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        inherited(self, *args, **kwargs)
+
+    __init__.__signature__ = inspect.Signature(parameters, return_annotation=None)  # type: ignore[attr-defined]
+    __init__.__annotations__ = {**{p.name: p.annotation for p in parameters[1:]}, "return": None}
+    __init__.__doc__ = _init_docstring(strategy)
+    __init__.__module__, __init__.__qualname__ = strategy.__module__, f"{strategy.__qualname__}.__init__"
+    return __init__
+
+
+def _init_docstring(strategy: type[ConfiguredStrategy]) -> str:
+    config_class, model_class = strategy.config_class, strategy.model_class
+    model = (f"a timm ``VisionTransformer``, of which the strategy builds its "
+             f":class:`~{model_class.__module__}.{model_class.__qualname__}` on a copy (the ViT given stays as it "
+             f"was); or an instance of it (a strategy's ``model``) to continue from: its own settings "
+             f"({', '.join(strategy.model_settings())}) then apply, and one given another value is refused.")
+    config = (f"all options as one :class:`~{config_class.__module__}.{config_class.__qualname__}`; an option "
+              f"given beside it replaces its field.")
+    items = [docstring_item("model", model), docstring_item("config", config),
+             *(docstring_item(spec.name, spec.metadata["doc"], spec.default) for spec in config_class.option_fields()),
+             *(docstring_item(name, doc) for name, doc in STRATEGY_KEYWORDS.items()),
+             docstring_item("**kwargs", "other keywords of Avalanche's ``SupervisedTemplate`` (``peval_mode``, ...).")]
+    return (f"{strategy.__name__} on ``model``, with the options of ``config`` and those given as keywords; the "
+            f"others keep their defaults.\n\nArgs:\n" + "\n".join(items))
+
+
 # ---------------------------------------------------------------------- a strategy's keywords, checked
 # How a ConfiguredStrategy's keywords become the options its config is built from
 # (ConfiguredStrategy.checked_options): each function checks or replaces one thing, before anything is
@@ -648,8 +716,7 @@ def refuse_optimizer(strategy: type[ConfiguredStrategy], options: Mapping[str, A
     )
 
 
-def refuse_unknown_keywords(strategy: type[ConfiguredStrategy], template_options: Mapping[str, Any],
-                            options: Mapping[str, Any]) -> None:
+def refuse_unknown_keywords(strategy: type[ConfiguredStrategy], template_options: Mapping[str, Any]) -> None:
     """A keyword that is neither an option of the method nor one of Avalanche's template is refused by name."""
     accepted: set[str] = set()
     for cls in SupervisedTemplate.__mro__:  # Avalanche's keywords (peval_mode, ...)
@@ -659,7 +726,7 @@ def refuse_unknown_keywords(strategy: type[ConfiguredStrategy], template_options
     if unknown:
         raise TypeError(
             f"{strategy.__name__} got unexpected keyword arguments {unknown}; its options are "
-            f"{', '.join(options)} (see {strategy.config_class.__name__}), and Avalanche's "
+            f"{', '.join(strategy.config_class.names())} (see {strategy.config_class.__name__}), and Avalanche's "
             f"SupervisedTemplate keywords"
         )
 
@@ -680,11 +747,3 @@ def ready_model_options(strategy: type[ConfiguredStrategy], model: nn.Module, co
             f"{conflicting} unset (the model's: {', '.join(f'{name}={own[name]!r}' for name in conflicting)})"
         )
     return own
-
-
-def given_options(config_class: type[Options], options: Mapping[str, Any]) -> dict[str, Any]:
-    """The options whose value is not their default: those a caller set (a strategy's keywords carry
-    every option). The type counts too: ``kmeans_seed=False`` is not the default 0."""
-    defaults = config_class.defaults()
-    return {name: value for name, value in options.items()
-            if not (type(value) is type(defaults[name]) and value == defaults[name])}

@@ -1,5 +1,6 @@
 """Checks of user-given values, one vocabulary for the methods' options and the runner's settings, and
-the option groups built on them: frozen dataclasses whose fields carry their check (:func:`option`, :class:`Options`).
+the option groups built on them: frozen dataclasses whose fields carry their check and their doc
+(:func:`option`, :func:`option_group`, :class:`Options`).
 
 A check says what is wrong with a value (``"must be an integer >= 1"``) or returns None when the
 value is fine. :func:`require` turns the problem into a ``ValueError`` that names the argument, the
@@ -11,10 +12,15 @@ are declared in :mod:`avalanche_color.config` and each method's ``config.py``.
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import textwrap
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Callable, Optional, TypeVar
+
+from typing_extensions import dataclass_transform  # typing's own from Python 3.11
 
 Check = Callable[[object], Optional[str]]  # what is wrong with a value, or None
 
@@ -155,19 +161,64 @@ def usable_device(value: object) -> Optional[str]:
     return None
 
 
-# ---------------------------------------------------------------------- options: fields that carry their check
+# ---------------------------------------------------------------------- options: fields that carry their check and doc
 
 Config = TypeVar("Config", bound="Options")
+DOC_WIDTH = 100  # the generated docstrings' line length
 
 
-def option(default: Any, check: Check, *, expert_setting: bool = False, **field_options: Any) -> Any:
-    """A config field with its check (one of the checks above). ``expert_setting``: it decides what saved experts mean,
-    so a checkpoint written with another value cannot be loaded. ``default=dataclasses.MISSING``
-    makes the option required; ``field_options`` go to :func:`dataclasses.field`."""
-    return field(default=default, metadata={"check": check, "expert_setting": expert_setting}, **field_options)
+def option(default: Any, check: Check, *, doc: Optional[str] = None, expert_setting: bool = False) -> Any:
+    """A field of an option group (:func:`option_group`), declared once: its default, its check and its doc.
+
+    Args:
+        default: the option's default value.
+        check: one of the checks above; the group runs it on construction.
+        doc: what the option does, for a user, with the facts behind its default (a paper's value, the
+            authors' code). Every place that shows the option reads it: the group's Attributes, a method's
+            ``__init__`` (``help()``, ``inspect.signature``), the docs' options table. None only where a group
+            declares again a field of a group it combines, to give it another default: the doc stays that
+            group's.
+        expert_setting: the option decides what saved experts mean, so a checkpoint written with another value
+            cannot be loaded.
+    """
+    return field(default=default, metadata={"check": check, "doc": doc, "expert_setting": expert_setting})
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass_transform(kw_only_default=True, frozen_default=True, field_specifiers=(option,))
+def option_group(cls: type[Config]) -> type[Config]:
+    """The decorator of an option group (an :class:`Options` subclass): ``cls`` as a frozen dataclass that
+    takes keywords only, its docstring ending with an Attributes section made from its fields' docs.
+
+    A field declared again without a doc (another default) takes the doc of the group it comes from.
+    """
+    written = vars(cls).get("__doc__")
+    group = dataclass(frozen=True, kw_only=True)(cls)
+    for spec in dataclasses.fields(group):
+        if spec.metadata["doc"] is None:
+            spec.metadata = MappingProxyType({**spec.metadata, "doc": _inherited_doc(group, spec.name)})
+    attributes = [docstring_item(spec.name, spec.metadata["doc"], spec.default) for spec in group.option_fields()]
+    section = "Attributes:\n" + "\n".join(attributes) if attributes else ""
+    group.__doc__ = "\n\n".join(part for part in (inspect.cleandoc(written or ""), section) if part)
+    return group
+
+
+def _inherited_doc(group: type, name: str) -> str:
+    for base in group.__mro__[1:]:
+        spec = getattr(base, "__dataclass_fields__", {}).get(name)
+        if spec is not None and spec.metadata.get("doc"):
+            return spec.metadata["doc"]
+    raise TypeError(f"{group.__name__}.{name} needs doc=: no group that {group.__name__} combines documents it")
+
+
+def docstring_item(name: str, doc: str, default: Any = dataclasses.MISSING) -> str:
+    """One entry of a Google-style Args or Attributes section, indented and wrapped: ``name: doc`` and, when
+    given, the default."""
+    text = f"{name}: {doc}" + ("" if default is dataclasses.MISSING else f" Default: ``{default!r}``.")
+    return textwrap.fill(text, DOC_WIDTH, initial_indent="    ", subsequent_indent="        ",
+                         break_long_words=False, break_on_hyphens=False)
+
+
+@option_group
 class Options:
     """Base of the option groups: checks every field on construction."""
 
@@ -180,8 +231,18 @@ class Options:
         """Checks across fields (subclasses override)."""
 
     @classmethod
+    def option_fields(cls) -> tuple[dataclasses.Field, ...]:
+        """The options in the order a reader meets them: those the class declares itself, then those of each
+        group it combines, the more specific first (its method resolution order). A method's own options
+        (CoLoR's ``rank``) thus come before the shared ones (the loaders')."""
+        by_name = {spec.name: spec for spec in dataclasses.fields(cls)}
+        declared = (name for group in cls.__mro__ for name in inspect.get_annotations(group))
+        return tuple(by_name[name] for name in dict.fromkeys(declared) if name in by_name)
+
+    @classmethod
     def names(cls) -> tuple[str, ...]:
-        return tuple(spec.name for spec in dataclasses.fields(cls))
+        """The options' names, in the order of :meth:`option_fields`."""
+        return tuple(spec.name for spec in cls.option_fields())
 
     @classmethod
     def build(cls: type[Config], config: Optional["Options"] = None, /, **options: Any) -> Config:
@@ -210,12 +271,12 @@ class Options:
     @classmethod
     def defaults(cls) -> dict[str, Any]:
         """Every option's default."""
-        return {spec.name: spec.default for spec in dataclasses.fields(cls)}
+        return {spec.name: spec.default for spec in cls.option_fields()}
 
     @classmethod
     def expert_setting_names(cls) -> tuple[str, ...]:
         """The names of the options that decide what trained experts mean."""
-        return tuple(spec.name for spec in dataclasses.fields(cls) if spec.metadata["expert_setting"])
+        return tuple(spec.name for spec in cls.option_fields() if spec.metadata["expert_setting"])
 
     def expert_settings(self) -> dict[str, Any]:
         """The options that decide what trained experts mean (a checkpoint must match them)."""

@@ -1,4 +1,4 @@
-"""The result tables of the README and the docs pages, written from the committed results files, never by hand.
+"""The tables of the README and the docs pages, written from the committed results files and the code, never by hand.
 
     python -m benchmarks.reporting.readme            # rewrite every table in README.md and docs/
     python -m benchmarks.reporting.readme --check    # exit 1 if a table differs from its results
@@ -32,11 +32,20 @@ A third kind is the table of the runner's methods, written from its registry
     <!-- methods -->
     ...
     <!-- end methods -->
+
+A fourth is the table of a method's options, written from its config's declarations (each option's
+default and doc, :func:`avalanche_color.utils.checks.option`), then the keywords every strategy
+takes besides; the block names the config, one of ``avalanche_color``'s names::
+
+    <!-- options: CoLoRConfig -->
+    ...
+    <!-- end options -->
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import re
 import sys
@@ -54,6 +63,10 @@ BLOCK = re.compile(r"(<!-- results: (?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- e
 ACROSS = re.compile(r"(<!-- across: (?P<spec>[^|>]+)\|(?P<methods>[^>]+) -->\n)(?P<body>.*?)(<!-- end across -->)",
                     re.DOTALL)
 METHODS_BLOCK = re.compile(r"(<!-- methods -->\n)(?P<body>.*?)(<!-- end methods -->)", re.DOTALL)
+OPTIONS_BLOCK = re.compile(r"(<!-- options: (?P<config>\w+) -->\n)(?P<body>.*?)(<!-- end options -->)", re.DOTALL)
+# A docstring's Sphinx role (:class:`~a.b.C`) and literal (``x``), as the docs pages show them: `C`, `x`.
+SPHINX_ROLE = re.compile(r":(?:class|func|meth|mod|data|attr|exc|obj):`(?P<tilde>~?)(?P<target>[^`]+)`")
+LITERAL = re.compile(r"``([^`]+)``")
 
 
 def pages(repository: Path = REPOSITORY) -> list[Path]:
@@ -125,6 +138,34 @@ def render_methods() -> str:
     return f"{markdown_table(rows)}\n"
 
 
+def render_options(config_name: str) -> str:
+    """The table of a method's options, from its config (``avalanche_color.<config_name>``): each option in its
+    declaration's order with its default and doc, then Avalanche's keywords that every strategy takes."""
+    import avalanche_color
+    from avalanche_color.training.strategy import STRATEGY_KEYWORDS, ConfiguredStrategy
+
+    config_class = getattr(avalanche_color, config_name)
+    keywords = inspect.signature(ConfiguredStrategy.__init__).parameters
+    rows = [{"argument": f"`{spec.name}`", "default": _shown(spec.default), "meaning": _markdown(spec.metadata["doc"])}
+            for spec in config_class.option_fields()]
+    rows += [{"argument": f"`{name}`", "default": _shown(keywords[name].default), "meaning": _markdown(doc)}
+             for name, doc in STRATEGY_KEYWORDS.items()]
+    return f"{markdown_table(rows)}\n"
+
+
+def _shown(default: object) -> str:
+    if callable(default):
+        return f"`{default.__name__}`"
+    return repr(default) if isinstance(default, (int, float)) and not isinstance(default, bool) else (
+        f"`{json.dumps(default)}`" if isinstance(default, str) else f"`{default!r}`")
+
+
+def _markdown(doc: str) -> str:
+    """A docstring's text as a table cell shows it: roles and literals as code, ``|`` escaped."""
+    doc = SPHINX_ROLE.sub(lambda m: f"``{m['target'].rsplit('.', 1)[-1] if m['tilde'] else m['target']}``", doc)
+    return LITERAL.sub(r"`\1`", doc).replace("|", "\\|")
+
+
 def block_names(text: str) -> list[str]:
     """The results folders ``text`` has blocks for, in order."""
     return [m["name"] for m in BLOCK.finditer(text)]
@@ -140,6 +181,7 @@ def updated(text: str, results: Path = RESULTS) -> str:
     """``text`` with every results block rewritten from its results file."""
     text = BLOCK.sub(lambda m: m.group(1) + render(m["name"], results) + m.group(4), text)
     text = METHODS_BLOCK.sub(lambda m: m.group(1) + render_methods() + m.group(3), text)
+    text = OPTIONS_BLOCK.sub(lambda m: m.group(1) + render_options(m["config"]) + m.group(4), text)
     return ACROSS.sub(lambda m: m.group(1) + render_across(*parse_across(m["spec"], m["methods"]), results)
                       + m.group(5), text)
 
@@ -148,6 +190,8 @@ def stale_blocks(text: str, results: Path = RESULTS) -> list[str]:
     """Names of the blocks whose content differs from their results file (an across block: its spec)."""
     stale = [m["name"] for m in BLOCK.finditer(text) if m["body"] != render(m["name"], results)]
     stale += ["methods" for m in METHODS_BLOCK.finditer(text) if m["body"] != render_methods()]
+    stale += [f"options: {m['config']}" for m in OPTIONS_BLOCK.finditer(text)
+              if m["body"] != render_options(m["config"])]
     return stale + [m["spec"].strip() for m in ACROSS.finditer(text)
                     if m["body"] != render_across(*parse_across(m["spec"], m["methods"]), results)]
 

@@ -34,17 +34,13 @@ experience ends and never updated (:func:`experience_prototypes`).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Callable, ClassVar, Optional, Sequence, Union
+from typing import Any, ClassVar, Optional, Sequence
 
 import torch
 from avalanche.benchmarks.utils.data_loader import collate_from_data_or_kwargs
-from avalanche.core import BasePlugin
-from avalanche.training.plugins import EvaluationPlugin
-from avalanche.training.plugins.evaluation import default_evaluator
 from torch import Tensor, nn
 
-from avalanche_color.config import Precision
-from avalanche_color.peers.cl_lora.config import CLLoRAConfig, SecondStepGradient
+from avalanche_color.peers.cl_lora.config import CLLoRAConfig
 from avalanche_color.peers.cl_lora.model import CLLoRAViT
 from avalanche_color.peers.lora_sum.strategy import LORA_SUM
 from avalanche_color.training.distributed import average_gradients
@@ -155,47 +151,8 @@ class CLLoRA(ConfiguredStrategy):
     state at the previous experience's end, with the gradient reweighted by that state's row norms,
     keeps it from drifting. The other blocks get a new LoRA and block weights per experience, frozen
     after it. A class is predicted by the cosine between the feature of the experience that trained it
-    and that class's mean feature. Defaults: the authors' Split CIFAR-100 run.
-
-    Args:
-        model: a timm ``VisionTransformer`` (the strategy adapts a copy; the given ViT is unchanged),
-            or a :class:`CLLoRAViT` to continue from: its expert settings then apply, and one
-            given another value is refused.
-        config: all options as one :class:`CLLoRAConfig`; options given beside it with a value other than
-            their default replace its fields.
-        rank: rank of every adapter (code: 8 on CIFAR-100, 10 on ImageNet-R).
-        shared_blocks: how many first blocks hold the task-shared adapters; None: half of the blocks,
-            rounded down (code: 6 of 12). At least one block must remain task-specific.
-        lr: SGD's learning rate (code: 0.03 on CIFAR-100, 0.05 on ImageNet-R).
-        momentum: SGD momentum (code: 0.9).
-        weight_decay: SGD weight decay (code: 1e-4 on CIFAR-100, 5e-4 on ImageNet-R).
-        train_mb_size: training mini-batch size (code: 64 on CIFAR-100, 32 on ImageNet-R).
-        train_epochs: epochs per experience (code: 30 on CIFAR-100, 20 on ImageNet-R); the rate anneals
-            per epoch as ``CosineAnnealingLR(T_max=train_epochs, eta_min=0)``.
-        kd_weight: weight of the distillation of the shared blocks (code: 5).
-        kd_temperature: its temperature (code: 2).
-        ortho_weight: weight of the block weights' orthogonality term (code: 1e-4).
-        second_step_gradient: where step 2's gradient (cross-entropy and orthogonality) is taken:
-            ``"batch_start"``, at the batch's parameters, as the code's graph, built before step 1,
-            describes; ``"after_step_one"``, from a new forward at the parameters step 1 left, the code's
-            order read literally (its own sequence, which current torch refuses, mixes the two).
-        eval_mb_size: evaluation mini-batch size, also of the prototype pass.
-        eval_every: Avalanche's periodic evaluation (-1: none).
-        precision: ``"32-true"`` (float32) or ``"bf16-mixed"`` (each forward and its losses under bfloat16
-            autocast, the trained weights kept float32); ``"16-mixed"`` is refused. A ViT given in bfloat16
-            stays so (half its memory); the trained weights are float32 beside it all the same.
-        check_data: scan each training experience for bad samples before training on it.
-        init_seed: seed of each experience's new weights (and of the shared adapters), drawn apart from
-            the global generators: a resumed run and a fresh one draw the same.
-        num_workers: DataLoader worker processes of every loader (0: in this process).
-        pin_memory: page-locked batches; None: when the device is CUDA.
-        persistent_workers: keep workers between epochs (needs ``num_workers`` >= 1).
-        criterion: loss of the proxy logits; a new ``CrossEntropyLoss`` by default.
-        device: where the model trains.
-        plugins: Avalanche plugins (replay, distillation, regularisation and LR scheduler plugins are
-            refused with the reason).
-        evaluator: Avalanche's evaluation plugin.
-        **kwargs: Avalanche's other ``SupervisedTemplate`` keywords (``peval_mode``, ...).
+    and that class's mean feature. Defaults: the authors' Split CIFAR-100 run. ``criterion`` is the loss of
+    the proxy logits; ``eval_mb_size`` is also the batch size of the prototype pass.
     """
 
     model: CLLoRAViT
@@ -213,42 +170,6 @@ class CLLoRA(ConfiguredStrategy):
     kd_loss: Optional[Tensor] = None
     _student: Optional[Tensor] = None
     _teacher: Optional[Tensor] = None
-
-    def __init__(
-        self,
-        model: nn.Module,
-        *,
-        config: Optional[CLLoRAConfig] = None,
-        rank: int = 8,
-        shared_blocks: Optional[int] = None,
-        lr: float = 0.03,
-        momentum: float = 0.9,
-        weight_decay: float = 1e-4,
-        train_mb_size: int = 64,
-        train_epochs: int = 30,
-        kd_weight: float = 5.0,
-        kd_temperature: float = 2.0,
-        ortho_weight: float = 1e-4,
-        second_step_gradient: SecondStepGradient = "batch_start",
-        eval_mb_size: int = 128,
-        eval_every: int = -1,
-        precision: Precision = "32-true",
-        check_data: bool = True,
-        init_seed: int = 0,
-        num_workers: int = 0,
-        pin_memory: Optional[bool] = None,
-        persistent_workers: bool = False,
-        criterion: Optional[nn.Module] = None,
-        device: Union[str, torch.device] = "cpu",
-        plugins: Optional[Sequence[BasePlugin]] = None,
-        evaluator: Union[EvaluationPlugin, Callable[[], EvaluationPlugin]] = default_evaluator,
-        **kwargs: Any,
-    ) -> None:
-        # Every option above, by name: the fields of CLLoRAConfig (tests/test_cl_lora.py).
-        options = {name: value for name, value in locals().items() if name in CLLoRAConfig.names()}
-        options, kwargs = self.checked_options(model, config, options, plugins, kwargs)
-        super().__init__(model=model, config=CLLoRAConfig.build(config, **options), criterion=criterion,
-                         device=device, plugins=plugins, evaluator=evaluator, template_options=kwargs)
 
     @classmethod
     def model_settings(cls) -> tuple[str, ...]:

@@ -31,18 +31,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, ClassVar, Literal, Optional, Sequence, Union
+from typing import Any, Callable, ClassVar, Literal, Optional
 
 import torch
 from avalanche.benchmarks.utils.data_loader import collate_from_data_or_kwargs
-from avalanche.core import BasePlugin
-from avalanche.training.plugins import EvaluationPlugin
-from avalanche.training.plugins.evaluation import default_evaluator
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
-from avalanche_color.config import Precision
-from avalanche_color.peers.lora_sub.config import LoRASubtractionConfig, SameClassPrototypes, Schedule
+from avalanche_color.peers.lora_sub.config import LoRASubtractionConfig, SameClassPrototypes
 from avalanche_color.peers.lora_sub.model import LoRASubtractionViT
 from avalanche_color.peers.lora_sum.model import input_covariances
 from avalanche_color.peers.lora_sum.strategy import LoRASumTemplate
@@ -252,53 +248,9 @@ class LoRASubtraction(LoRASumTemplate):
 
     ``W = W0 + sum_{i<=t} B_i A_i`` on the key and value projections of every block. Before experience
     t > 0, its inputs through ``W0 - sum_{i<t} B_i A_i`` give each block's ``P``, and every Adam update of
-    ``A_t`` and ``B_t`` is projected by it. Defaults: the authors' Split CIFAR-100 run.
-
-    Args:
-        model: a timm ``VisionTransformer`` (the strategy adapts a copy; the given ViT is unchanged),
-            or a :class:`LoRASubtractionViT` to continue from: its expert settings then apply, and one
-            given another value is refused.
-        config: all options as one :class:`LoRASubtractionConfig`; options given beside it with a value
-            other than their default replace its fields.
-        rank: rank of each experience's A and B, for k and for v (code: 10).
-        threshold: the fraction of the summed singular values of a block's input covariance that ``P``'s
-            directions reach (code: 0.99, hard-coded); 1.0: no projection, as the code does for 1.
-        margin: the triplet loss's margin (code: 1.0 on CIFAR-100, 2.0 on ImageNet-R).
-        triplet_weight: lambda, the triplet loss's weight beside the cross-entropy (code: 0.05 on
-            CIFAR-100, 0.2 on ImageNet-R).
-        same_class_prototypes: ``"include"``: every stored prototype is a negative of the triplet loss
-            (code); ``"exclude"``: not those of the anchor's own class (they exist on streams where a
-            class returns, one per experience that trained it).
-        lr: learning rate of the LoRA weights (code: 5e-4).
-        head_lr: learning rate of the training head (code: 2e-3 on CIFAR-100, 5e-4 on ImageNet-R).
-        weight_decay: L2 weight decay of both groups (code: none).
-        lr_schedule: ``"epoch_cosine"``: the code's per-epoch cosine as it runs, one epoch late (epochs 0
-            and 1 at lr, epoch e >= 1 of E at ``lr cos(99 pi (e - 1) / (200 (E - 1)))``); ``"cosine"``
-            over each experience's steps to 0; or ``"constant"``.
-        train_mb_size: training mini-batch size (code: 128).
-        train_epochs: epochs per experience (code: 20 on CIFAR-100), and the length of the per-epoch
-            cosine in every experience.
-        first_experience_epochs: epochs of the first experience, the code's ``init_epoch`` (ImageNet-R:
-            40 against 50 later; CIFAR-100: 20 as later); None: ``train_epochs``. Its per-epoch cosine
-            keeps ``train_epochs`` as its length, as the code's does, so it stops early on the curve.
-        eval_mb_size: evaluation mini-batch size, also of the covariance and prototype passes.
-        eval_every: Avalanche's periodic evaluation (-1: none).
-        precision: ``"32-true"`` (float32); ``"bf16-mixed"`` or ``"16-mixed"``: each forward and its loss
-            under bfloat16 or float16 autocast, the trained weights kept float32 (float16 with a gradient
-            scaler; see :class:`~avalanche_color.training.strategy.MixedPrecision`). A ViT given in bfloat16 stays so (half its
-            memory); the components and heads are float32 beside it all the same.
-        check_data: scan each training experience for bad samples before training on it.
-        init_seed: seed of each new component's and head rows' random initialisation, drawn apart from
-            the global generators: a run under torchrun, a resumed run and a single process draw the same.
-        num_workers: DataLoader worker processes of every loader (0: in this process).
-        pin_memory: page-locked batches; None: when the device is CUDA.
-        persistent_workers: keep workers between epochs (needs ``num_workers`` >= 1).
-        criterion: the cross-entropy part of the loss; a new ``CrossEntropyLoss`` by default.
-        device: where the model trains.
-        plugins: Avalanche plugins (replay, distillation, regularisation and LR scheduler plugins are
-            refused with the reason).
-        evaluator: Avalanche's evaluation plugin.
-        **kwargs: Avalanche's other ``SupervisedTemplate`` keywords (``peval_mode``, ...).
+    ``A_t`` and ``B_t`` is projected by it. Defaults: the authors' Split CIFAR-100 run. ``criterion`` is
+    the cross-entropy part of the loss; ``eval_mb_size`` is also the batch size of the covariance and
+    prototype passes.
     """
 
     model: LoRASubtractionViT
@@ -309,45 +261,13 @@ class LoRASubtraction(LoRASumTemplate):
     optimizer_description = "the code's Adam, its updates projected, over the new component and the head"
     optimizer_options = ("lr", "head_lr", "weight_decay", "lr_schedule")
 
-    def __init__(
-        self,
-        model: nn.Module,
-        *,
-        config: Optional[LoRASubtractionConfig] = None,
-        rank: int = 10,
-        threshold: float = 0.99,
-        margin: float = 1.0,
-        triplet_weight: float = 0.05,
-        same_class_prototypes: SameClassPrototypes = "include",
-        lr: float = 5e-4,
-        head_lr: float = 2e-3,
-        weight_decay: float = 0.0,
-        lr_schedule: Schedule = "epoch_cosine",
-        train_mb_size: int = 128,
-        train_epochs: int = 20,
-        first_experience_epochs: Optional[int] = None,
-        eval_mb_size: int = 128,
-        eval_every: int = -1,
-        precision: Precision = "32-true",
-        check_data: bool = True,
-        init_seed: int = 0,
-        num_workers: int = 0,
-        pin_memory: Optional[bool] = None,
-        persistent_workers: bool = False,
-        criterion: Optional[nn.Module] = None,
-        device: Union[str, torch.device] = "cpu",
-        plugins: Optional[Sequence[BasePlugin]] = None,
-        evaluator: Union[EvaluationPlugin, Callable[[], EvaluationPlugin]] = default_evaluator,
-        **kwargs: Any,
-    ) -> None:
-        # Every option above, by name: the fields of LoRASubtractionConfig (tests/test_signatures.py).
-        options = {name: value for name, value in locals().items() if name in LoRASubtractionConfig.names()}
-        options, kwargs = self.checked_options(model, config, options, plugins, kwargs)
+    # In training: the batch's features, for the triplet loss.
+    mb_features: Optional[Tensor] = None
+
+    def __init__(self, model: nn.Module, **options: Any) -> None:
         # Per experience after the first that this strategy prepared (not one resumed mid-way): k of each block.
         self.subspace_ranks: list[list[int]] = []
-        self.mb_features: Optional[Tensor] = None
-        super().__init__(model=model, config=LoRASubtractionConfig.build(config, **options), criterion=criterion,
-                         device=device, plugins=plugins, evaluator=evaluator, template_options=kwargs)
+        super().__init__(model, **options)
 
     # ------------------------------------------------------------------ per experience
 

@@ -8,11 +8,10 @@ schedule, which each method's config sets to its code's values.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
-from avalanche_color.config import LoaderOptions, TrainingOptions, option
-from avalanche_color.utils.checks import integer, non_negative, one_of, positive_int
+from avalanche_color.config import LoaderOptions, TrainingOptions
+from avalanche_color.utils.checks import integer, non_negative, one_of, option, option_group, positive_int
 
 Optimizer = Literal["sgd", "adam"]
 Schedule = Literal["constant", "cosine", "epoch_cosine"]
@@ -22,22 +21,21 @@ SCHEDULES: tuple[str, ...] = Schedule.__args__  # type: ignore[attr-defined]
 DirectionNorm = Literal["factors", "product"]
 
 
-@dataclass(frozen=True, kw_only=True)
-class LoRASumTraining(LoaderOptions, TrainingOptions):
-    """The optimiser, schedule, budget and loaders of a LoRA-sum method (meanings: the strategies' docstrings).
+@option_group
+class LoRASumTraining(TrainingOptions, LoaderOptions):
+    """The optimiser, schedule, budget and loaders of a LoRA-sum method; each method's config sets the
+    defaults of its code."""
 
-    Attributes:
-        optimizer: ``"sgd"`` (with ``momentum``) or ``"adam"`` (betas 0.9, 0.999).
-        momentum, weight_decay: the optimiser's.
-        lr_schedule: ``"constant"``, ``"cosine"`` over each experience's steps, or ``"epoch_cosine"``:
-            InfLoRA's code's per-epoch cosine as it runs (one epoch late: 9.7% of lr in the last of 20).
-        init_seed: seed of each new component's and head rows' initialisation, drawn apart from the
-            global generators.
-    """
-
-    optimizer: Optimizer = option("sgd", one_of(("sgd", "adam")))
-    momentum: float = option(0.9, non_negative)
-    weight_decay: float = option(0.0, non_negative)
-    lr_schedule: Schedule = option("constant", one_of(SCHEDULES))
+    optimizer: Optimizer = option("sgd", one_of(("sgd", "adam")),
+                                  doc='``"sgd"`` (with ``momentum``) or ``"adam"`` (betas 0.9, 0.999).')
+    momentum: float = option(0.9, non_negative, doc="SGD's momentum.")
+    weight_decay: float = option(0.0, non_negative, doc="the optimiser's weight decay.")
+    lr_schedule: Schedule = option(
+        "constant", one_of(SCHEDULES),
+        doc='``"constant"``, ``"cosine"`` over each experience\'s steps to 0, or ``"epoch_cosine"``: InfLoRA\'s '
+            'code\'s per-epoch cosine as it runs (one epoch late: 9.7% of lr in the last of 20 epochs).')
     train_epochs: int = option(20, positive_int)
-    init_seed: int = option(0, integer)
+    init_seed: int = option(
+        0, integer,
+        doc="seed of each new component's and head rows' random initialisation, drawn apart from the global "
+            "generators: a run under torchrun, a resumed run and a single process draw the same.")
