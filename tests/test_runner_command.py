@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from avalanche_color.runner import RunConfig, RunConfigError
-from avalanche_color.runner.cli import config_from, main, parser
+from avalanche_color.runner.cli import config_from, main, parser, plain_text
 from avalanche_color.runner.config import config_record
 
 REPOSITORY = Path(__file__).parents[1]
@@ -33,7 +33,7 @@ def test_every_flag_is_a_config_field_with_its_default_and_help():
     compare = parser()._subparsers._group_actions[0].choices["compare"]  # noqa: SLF001 (argparse has no accessor)
     actions = {action.dest: action for action in compare._actions}  # noqa: SLF001
     for spec in fields:
-        assert spec.metadata["help"] in actions[spec.name].help
+        assert plain_text(spec.metadata["help"]) in actions[spec.name].help
     defaults = parsed("--benchmark", "digits_class")
     assert defaults == RunConfig(benchmark="digits_class", out=Path("runs") / "digits_class")
     given = parsed("--benchmark", "pacs", "--rank", "1", "2", "--k", "3", "--batch-size", "7", "--loggers",

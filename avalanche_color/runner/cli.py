@@ -73,8 +73,9 @@ def add_flags(parser: argparse.ArgumentParser, options: type) -> None:
         choices = spec.metadata["choices"]
         listed = "" if choices is None else f"; one of {', '.join(choices)}"
         taken = f"; taken by {', '.join(methods_taking(spec.name))}" if spec.metadata.get("per_method") else ""
-        arguments: dict[str, Any] = dict(help=spec.metadata["help"] + shown + listed + taken, dest=spec.name,
-                                         choices=choices)
+        # A help text may quote an option's declared doc, written for docstrings: shown unmarked.
+        text = plain_text(spec.metadata["help"]) + shown + listed + taken
+        arguments: dict[str, Any] = dict(help=text, dest=spec.name, choices=choices)
         if kind == "bool":
             arguments = dict(help=arguments["help"], dest=spec.name, action="store_true")
         else:

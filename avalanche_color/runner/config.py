@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from avalanche_color.benchmarks.registry import BENCHMARKS
-from avalanche_color.config import PRECISIONS
+from avalanche_color.color.config import LoRAOptions
+from avalanche_color.config import PRECISIONS, PrototypeOptions
 from avalanche_color.runner.methods import METHODS, methods_allowed
 from avalanche_color.runner.presets import PRESETS, preset_settings
 from avalanche_color.utils.checks import (Check, anything, boolean, each, non_negative, non_negative_int, one_of,
@@ -128,14 +129,13 @@ class RunConfig:
         optional(positive_int))
     data: Optional[Path] = setting(None, "the data set's zip file or folder (default: the benchmark's; the digits "
                                          "take none)", optional(path))
-    ranks: tuple[int, ...] = setting((8,), "LoRA rank; several: an ablation",
+    ranks: tuple[int, ...] = setting((8,), f"{LoRAOptions.doc('rank')} Several: an ablation",
                                      each(positive_int), flag="--rank", per_method=True)
     ks: Optional[tuple[int, ...]] = setting(
-        None, "prototypes per experience of the prototype-routed methods (default: the paper's rule, 5 "
-              "domain-incremental, 2 x the new classes class-incremental); several: an ablation",
+        None, f"{PrototypeOptions.doc('k')} Default: the paper's rule; several: an ablation",
         optional(each(positive_int)), flag="--k", per_method=True)
     prototypes_per_class: Optional[int] = setting(
-        None, "beyond the paper: k-means centres per class instead of k per experience (default: off)",
+        None, f"{PrototypeOptions.doc('prototypes_per_class')} Default: off",
         optional(positive_int), per_method=True)
     normalisation: str = setting("backbone", "the images' mean and std: the backbone's own or ImageNet's "
                                              "(--preset paper: ImageNet's, as S-Prompts' code)",

@@ -240,6 +240,11 @@ class Options:
         return tuple(by_name[name] for name in dict.fromkeys(declared) if name in by_name)
 
     @classmethod
+    def doc(cls, name: str) -> str:
+        """Option ``name``'s doc, as declared (the runner's flags for it say the same)."""
+        return cls.__dataclass_fields__[name].metadata["doc"]
+
+    @classmethod
     def names(cls) -> tuple[str, ...]:
         """The options' names, in the order of :meth:`option_fields`."""
         return tuple(spec.name for spec in cls.option_fields())
