@@ -110,6 +110,15 @@ class QVLoRA(nn.Module):
         return self.A.reshape(2 * self.rank, -1)
 
 
+def fused_qkv_width(base_layer: nn.Linear) -> int:
+    """The width d of each of q, k and v in a fused qkv projection, whose output is ``[q | k | v]``
+    (3*d features); any other layer is refused, naming ``base_layer``."""
+    if base_layer.out_features % 3:
+        raise ValueError(f"base_layer must be a fused qkv projection with 3*d outputs, "
+                         f"got out_features={base_layer.out_features}")
+    return base_layer.out_features // 3
+
+
 class QKVExperts(nn.Module):
     """A fused qkv linear layer with LoRA experts on its q and v parts.
 
@@ -119,13 +128,8 @@ class QKVExperts(nn.Module):
 
     def __init__(self, base_layer: nn.Linear) -> None:
         super().__init__()
-        if base_layer.out_features % 3:
-            raise ValueError(
-                f"base_layer must be a fused qkv projection with 3*d outputs, "
-                f"got out_features={base_layer.out_features}"
-            )
         self.base_layer = base_layer
-        self.head_width = base_layer.out_features // 3
+        self.head_width = fused_qkv_width(base_layer)
         self.experts = nn.ModuleList()
 
     @property

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import timm
@@ -10,6 +14,7 @@ from avalanche.core import SupervisedPlugin
 from avalanche.evaluation.metrics import accuracy_metrics
 from avalanche.training import Naive
 from avalanche.training.plugins import EvaluationPlugin
+from filelock import FileLock
 
 from avalanche_color import CoLoR, routing_accuracy_metrics
 from streams import tiny_vit
@@ -90,3 +95,44 @@ class LearningRates(SupervisedPlugin):
     def before_training_iteration(self, strategy, **kwargs):
         key = (strategy.clock.train_exp_counter, strategy.clock.train_exp_epochs)
         self.seen.setdefault(key, []).append(strategy.optimizer.param_groups[0]["lr"])
+
+
+# ---------------------------------------------------------------------- torchrun: 2 CPU ranks, launched once
+
+TESTS = Path(__file__).parent
+
+
+def run_torchrun(script: str, *arguments: str, timeout: float = 600, **environment: str) -> str:
+    """``tests/<script>`` with ``arguments`` on 2 ranks under torchrun (``--standalone``), one thread each, the
+    repository on their path and ``environment`` added to theirs; their standard output. A launch that fails
+    fails the test with the end of their standard error."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(TESTS.parent), os.environ.get("PYTHONPATH", "")]), **environment}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+               str(TESTS / script), *arguments]
+    run = subprocess.run(command, cwd=TESTS.parent, env=env, capture_output=True, text=True, timeout=timeout)
+    assert run.returncode == 0, run.stderr[-4000:]
+    return run.stdout
+
+
+def once_per_session(tmp_path_factory, name: str, launch: Callable[[Path], object]) -> Path:
+    """The session's folder ``name``, filled by ``launch(folder)`` for the first test that asks and read by every
+    later one: starting 2 processes costs more than what they run. Under pytest-xdist the workers share it through
+    a file lock in the session's temporary folder. A launch that failed fails every test that asks, with its
+    message."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the session's folder, above each worker's own
+    out = shared / name
+    with FileLock(str(shared / f"{name}.lock")):
+        if not (out / "done").exists():
+            out.mkdir(exist_ok=True)
+            try:
+                launch(out)
+            except AssertionError as failure:
+                (out / "done").write_text(f"the launch failed: {failure}")
+                raise
+            (out / "done").write_text("")
+    failure = (out / "done").read_text()
+    assert not failure, failure
+    return out

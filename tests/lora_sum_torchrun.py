@@ -16,15 +16,11 @@ ranks with its own one-process run.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import torch
-from filelock import FileLock
 
-from helpers import stream_metric
+from helpers import once_per_session, run_torchrun, stream_metric
 from lora_sum_cases import same_state, tiny
 from streams import class_stream
 
@@ -54,24 +50,9 @@ def case_name(strategy_class, options: dict) -> str:
 
 def two_rank_outputs(tmp_path_factory) -> Path:
     """The folder of the one torchrun launch's outputs, ``<case>/rank{0,1}.pt``: launched by the first test of
-    the session that asks (a lock in the session's shared temporary folder), read by every later one."""
-    shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent  # the session's folder, above each worker's own
-    out = shared / "lora_torchrun"
-    with FileLock(str(shared / "lora_torchrun.lock")):
-        if not (out / "done").exists():
-            out.mkdir(exist_ok=True)
-            tests = Path(__file__).parent
-            env = {**os.environ, "OMP_NUM_THREADS": "1",
-                   "PYTHONPATH": os.pathsep.join([str(tests.parent), os.environ.get("PYTHONPATH", "")])}
-            command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                       str(tests / "lora_sum_distributed_run.py"), str(out), "8", json.dumps(CASES)]
-            run = subprocess.run(command, cwd=tests, env=env, capture_output=True, text=True, timeout=900)
-            (out / "done").write_text(str(run.returncode) + "\n" + run.stderr[-4000:])  # a failure fails every case
-    returncode, stderr = (out / "done").read_text().split("\n", 1)
-    assert returncode == "0", stderr
-    return out
+    the session that asks, read by every later one (a failed launch fails every case)."""
+    return once_per_session(tmp_path_factory, "lora_torchrun", lambda out: run_torchrun(
+        "lora_sum_distributed_run.py", str(out), "8", json.dumps(CASES), timeout=900))
 
 
 def distributed_run(strategy_class, train_mb_size: int, plugins=(), device="cpu", **options):

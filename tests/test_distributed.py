@@ -2,20 +2,15 @@
 2 GPUs with NCCL where there are (marked ``cuda``); the tensor collectives; each rank's device."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from filelock import FileLock
 
 from avalanche_color.training.distributed import eval_batches, shard
-from helpers import UNSATURATED, stream_metric, tiny_color, train_all
+from helpers import UNSATURATED, once_per_session, run_torchrun, stream_metric, tiny_color, train_all
 from streams import class_stream
 
-TESTS = Path(__file__).parent
 PER_RANK_BATCH = 8
 ROUTER_WIDTH = 128
 
@@ -25,15 +20,9 @@ def launch_two_ranks(out: Path, cases: tuple[str, ...], backend: str = "gloo", r
     (distributed_run.py): ``prototypes`` and ``ridge`` train and evaluate tiny CoLoR with that router on
     class_stream, ``collectives`` runs the tensor collectives; each into ``out / case``. Then, with ``runner``
     (its arguments), ``python -m avalanche_color.runner`` on the 2 ranks. Returns the ranks' standard output."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), os.environ.get("PYTHONPATH", "")]),
-           "OMP_NUM_THREADS": "1", "AVALANCHE_COLOR_TEST_BACKEND": backend}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-               str(TESTS / "distributed_run.py"), str(out), str(PER_RANK_BATCH), str(ROUTER_WIDTH), *cases]
-    if runner:
-        command += ["--", *runner]
-    run = subprocess.run(command, cwd=TESTS.parent, env=env, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-4000:]
-    return run.stdout
+    then_runner = ("--", *runner) if runner else ()
+    return run_torchrun("distributed_run.py", str(out), str(PER_RANK_BATCH), str(ROUTER_WIDTH), *cases, *then_runner,
+                        AVALANCHE_COLOR_TEST_BACKEND=backend)
 
 
 def runner_arguments(backbone: str, out: Path) -> tuple[str, ...]:
@@ -66,23 +55,12 @@ def gloo_launch(tmp_path_factory, tiny_backbone) -> Path:
     (starting 2 processes costs more than a case): once per test session, by the first test to ask (under
     pytest-xdist the workers share it through a lock in the session's temporary folder). The ranks' standard
     output: ``stdout.txt``."""
-    shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent  # the session's folder, above each worker's own
-    out = shared / "distributed_torchrun"
-    with FileLock(str(shared / "distributed_torchrun.lock")):
-        if not (out / "done").exists():
-            out.mkdir(exist_ok=True)
-            try:
-                stdout = launch_two_ranks(out, ("collectives", "prototypes", "ridge"),
-                                          runner=runner_arguments(tiny_backbone, out / "runner"))
-                (out / "stdout.txt").write_text(stdout)
-            except AssertionError as failure:
-                (out / "done").write_text(str(failure))  # every test of the launch fails with its stderr
-                raise
-            (out / "done").write_text("")
-    assert not (out / "done").read_text(), (out / "done").read_text()
-    return out
+    def launch(out: Path) -> None:
+        stdout = launch_two_ranks(out, ("collectives", "prototypes", "ridge"),
+                                  runner=runner_arguments(tiny_backbone, out / "runner"))
+        (out / "stdout.txt").write_text(stdout)
+
+    return once_per_session(tmp_path_factory, "distributed_torchrun", launch)
 
 
 @pytest.fixture(scope="module")

@@ -1,34 +1,27 @@
 """precision= on every strategy: bf16-mixed trains as float32 does, the trained weights stay float32,
 16-mixed scales its gradients; beside a ViT cast to bfloat16 the trained weights stay float32 (every strategy),
-and a strategy whose trained weights would be bfloat16 (a user's subclass) is warned of."""
+and a strategy whose trained weights would be bfloat16 (a user's subclass) is warned of.
+
+"Every strategy": one method per strategy class of the runner's registry (registered.py) that the runner gives
+``--precision``, each built as the runner builds it, small."""
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import pytest
 import torch
 from avalanche.core import SupervisedPlugin
 
-from avalanche_color import L2P, CoLoR, InfLoRA, SDLoRA, SPrompts
-from avalanche_color.peers.cl_lora.strategy import CLLoRA
-from avalanche_color.peers.lora_sub.strategy import LoRASubtraction
+from avalanche_color import CoLoR, ConfiguredStrategy
+from avalanche_color.runner.methods import REGISTRY, methods_taking
 from avalanche_color.training.strategy import autocast, grad_scaler
 from helpers import quiet_evaluator, stream_metric, train_all
-from lora_sum_cases import tiny_vit as pooled_vit
+from registered import build_small, build_small_with, one_method_per_strategy
 from streams import class_stream, domain_stream, tiny_vit
 
-# Each on its tiny ViT, cast to ``dtype`` (float32: the ViT as made).
-STRATEGIES = {
-    "CoLoR": lambda dtype=torch.float32, **o: CoLoR(tiny_vit(0).to(dtype), rank=4, k=3, **o),
-    "S-Prompts": lambda dtype=torch.float32, **o: SPrompts(tiny_vit(0).to(dtype), prompt_length=2, k=3, **o),
-    "L2P": lambda dtype=torch.float32, **o: L2P(tiny_vit(0).to(dtype), pool_size=4, prompt_length=2, top_n=2, **o),
-    "SD-LoRA": lambda dtype=torch.float32, **o: SDLoRA(pooled_vit(0).to(dtype), rank=2, **o),
-    "InfLoRA": lambda dtype=torch.float32, **o: InfLoRA(pooled_vit(0).to(dtype), rank=2, optimizer="sgd", **o),
-    "LoRA-Sub": lambda dtype=torch.float32, **o: LoRASubtraction(pooled_vit(0).to(dtype), rank=2, **o),
-    "CL-LoRA": lambda dtype=torch.float32, **o: CLLoRA(tiny_vit(0, depth=4).to(dtype), rank=2, **o),
-}
-CLASS_STREAM = ("SD-LoRA", "InfLoRA", "L2P", "LoRA-Sub", "CL-LoRA")
+PRECISION_STRATEGIES = [name for name in one_method_per_strategy() if name in methods_taking("precision")]
 
 
 class FirstStep(SupervisedPlugin):
@@ -61,18 +54,18 @@ class FirstStep(SupervisedPlugin):
 
 
 def first_step(name: str, precision: str, lr: float, dtype: torch.dtype = torch.float32) -> FirstStep:
-    """The first step of ``name`` on its tiny ViT cast to ``dtype``; a warning of narrow trained weights fails."""
+    """The first step of method ``name`` at ``lr`` on its tiny ViT cast to ``dtype``; a warning of narrow trained
+    weights fails."""
     probe = FirstStep()
-    strategy = STRATEGIES[name](dtype, precision=precision, lr=lr, train_epochs=1, train_mb_size=16,
-                                eval_mb_size=64, plugins=[probe], evaluator=quiet_evaluator())
-    benchmark = class_stream(num_experiences=1) if name in CLASS_STREAM else domain_stream(1)
+    strategy = build_small_with(name, options={"lr": lr}, vit_dtype=dtype, plugins=[probe], precision=precision,
+                                epochs=1, batch_size=16)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*trains weights in")
-        strategy.train(benchmark.train_stream[0])
+        strategy.train(class_stream(num_experiences=1).train_stream[0])
     return probe
 
 
-@pytest.mark.parametrize("name", list(STRATEGIES))
+@pytest.mark.parametrize("name", PRECISION_STRATEGIES)
 def test_bf16_mixed_changes_as_many_trained_weights_per_step_as_float32(name, one_thread):
     # At lr 1e-3 a bfloat16 weight would change in 0% of LoRA entries (the issue's measurement).
     full, mixed = first_step(name, "32-true", 1e-3), first_step(name, "bf16-mixed", 1e-3)
@@ -91,19 +84,29 @@ class OverTheExperience(FirstStep):
         self.dtypes = {p.dtype for p in after}
 
 
-@pytest.mark.parametrize("name", ["CoLoR", "L2P"])
-def test_16_mixed_trains_with_a_gradient_scaler(name, one_thread):
+# Each strategy as the runner builds it, and L2P clipping its gradients: its own detail, the clipping must act on the
+# unscaled gradients (L2P.optimizer_step unscales them first).
+SCALER_CASES = [(name, {}) for name in PRECISION_STRATEGIES] + [("L2P", {"grad_clip_norm": 1.0})]
+
+
+@pytest.mark.parametrize("name, options", SCALER_CASES)
+def test_16_mixed_trains_with_a_gradient_scaler_or_is_refused_by_name(name, options, one_thread):
     # The scaler starts at 2^16 and halves, skipping the step, while the scaled gradients overflow.
     probe = OverTheExperience()
-    strategy = STRATEGIES[name](precision="16-mixed", lr=1e-3, train_epochs=2, train_mb_size=16, plugins=[probe],
-                                evaluator=quiet_evaluator(), **({"grad_clip_norm": 1.0} if name == "L2P" else {}))
-    benchmark = class_stream(num_experiences=1) if name == "L2P" else domain_stream(1)
-    strategy.train(benchmark.train_stream[0])
+    try:
+        strategy = build_small_with(name, options={"lr": 1e-3, **options}, plugins=[probe], precision="16-mixed",
+                                    epochs=2, batch_size=16)
+    except ValueError as refusal:  # a method that cannot train under the scaler says so (CL-LoRA's two steps)
+        assert re.search(r"^precision must be .*got precision='16-mixed'$", str(refusal)), refusal
+        return
+    strategy.train(class_stream(num_experiences=1).train_stream[0])
     assert isinstance(strategy.precision.scaler, torch.amp.GradScaler)
     assert probe.dtypes == {torch.float32} and probe.changed > 0.3
 
 
 def test_bf16_mixed_reaches_the_float32_accuracy_on_a_tiny_stream(one_thread):
+    # CoLoR alone, trained to an accuracy: the per-step test above covers every strategy; this one shows on the
+    # package's method that those steps add up to the float32 run's accuracy.
     accuracies = {}
     for precision in ("32-true", "bf16-mixed"):
         strategy = CoLoR(tiny_vit(0), rank=4, k=3, lr=0.05, train_epochs=4, train_mb_size=16, eval_mb_size=64,
@@ -114,6 +117,7 @@ def test_bf16_mixed_reaches_the_float32_accuracy_on_a_tiny_stream(one_thread):
 
 
 def test_evaluation_runs_under_autocast_and_routing_stays_float32(one_thread):
+    # CoLoR's own detail: its prototype router, which computes in float32 under any autocast.
     strategy = CoLoR(tiny_vit(0), rank=4, k=3, lr=0.05, train_epochs=1, train_mb_size=16, eval_mb_size=64,
                      precision="bf16-mixed", evaluator=quiet_evaluator())
     benchmark = domain_stream(2)
@@ -136,8 +140,7 @@ def test_evaluation_runs_under_autocast_and_routing_stays_float32(one_thread):
     assert seen and all(enabled for enabled, _ in seen)
 
 
-BFLOAT16_VIT_CASES = [(name, precision) for name in ("CoLoR", "L2P", "SD-LoRA", "InfLoRA", "LoRA-Sub", "CL-LoRA")
-                      for precision in ("32-true", "bf16-mixed")]
+BFLOAT16_VIT_CASES = [(name, precision) for name in PRECISION_STRATEGIES for precision in ("32-true", "bf16-mixed")]
 
 
 @pytest.mark.parametrize("name, precision", BFLOAT16_VIT_CASES)
@@ -169,27 +172,29 @@ def test_narrow_trained_weights_are_warned_of_with_the_option_to_use_instead(one
         strategy.train(class_stream(num_experiences=1).train_stream[0])
 
 
-def test_precision_is_checked_by_name():
+@pytest.mark.parametrize("name", PRECISION_STRATEGIES)
+def test_precision_is_checked_by_name(name):
     with pytest.raises(ValueError, match=r"precision must be one of \('32-true', 'bf16-mixed', '16-mixed'\), "
                                          r"got 'bf16'"):
-        CoLoR(tiny_vit(0), precision="bf16")
+        REGISTRY[name].strategy_class()(tiny_vit(0), precision="bf16")
+
+
+def test_autocast_and_the_gradient_scaler_follow_the_precision():
     assert autocast("32-true", "cpu").__class__.__name__ == "nullcontext"
     assert grad_scaler("bf16-mixed", "cpu") is None and grad_scaler("16-mixed", "cpu") is not None
 
 
-def test_the_runner_gives_precision_to_the_package_strategies_only(tiny_backbone):
-    from avalanche_color.runner.config import RunConfig
-    from avalanche_color.runner.methods import METHODS
-    from avalanche_color.runner.run import build_method
+@pytest.mark.parametrize("name", REGISTRY)
+def test_the_runner_gives_precision_to_the_package_strategies_only(name):
+    # Every registered method: the strategies on the package's configured base run under --precision; Avalanche's
+    # own and the baselines without a method config are built as they are.
+    strategy = build_small(name, num_classes=10, precision="bf16-mixed")
+    precision = getattr(getattr(strategy, "config", None), "precision", None)
+    assert precision == ("bf16-mixed" if isinstance(strategy, ConfiguredStrategy) else None)
 
-    config = RunConfig(benchmark="digits_class", precision="bf16-mixed", ranks=(2,), ridge_width=64)
-    backbone = lambda classes: tiny_vit(0, num_classes=classes)  # noqa: E731
-    precisions = {}
-    for name in ("CoLoR", "S-Prompts", "L2P", "SD-LoRA", "InfLoRA", "Naive"):
-        strategy = build_method(name, config, backbone, 10, k=3)
-        precisions[name] = getattr(getattr(strategy, "config", None), "precision", None)
-    assert precisions == {"CoLoR": "bf16-mixed", "S-Prompts": "bf16-mixed", "L2P": "bf16-mixed",
-                          "SD-LoRA": "bf16-mixed", "InfLoRA": "bf16-mixed", "Naive": None}
-    assert "Naive" in METHODS
+
+def test_the_runner_refuses_an_unknown_precision():
+    from avalanche_color.runner.config import RunConfig
+
     with pytest.raises(ValueError, match="precision must be one of"):
         RunConfig(benchmark="digits_class", precision="bf16")

@@ -25,7 +25,7 @@ from typing import Any, Optional, Sequence
 
 from avalanche_color.runner.config import BUDGET, DEFAULT_OUT, RunConfig, RunConfigError, setting
 from avalanche_color.runner.methods import methods_taking
-from avalanche_color.utils.checks import boolean, optional, path, text
+from avalanche_color.utils.checks import boolean, missing_device, optional, path, text
 
 PROGRAM = "avalanche-color"
 DEBUG_ENV = "AVALANCHE_COLOR_DEBUG"
@@ -192,27 +192,18 @@ def compare(config: RunConfig, progress: bool = True) -> dict[str, Any]:
 
 
 def check_device(device: str) -> None:
-    """Refuse (:class:`RunConfigError` for ``--device``) a device this machine does not have, before
-    anything is loaded or written: ``auto``, ``cpu``, ``cuda`` and ``cuda:N`` where CUDA has device N."""
-    import torch
-
+    """Refuse (:class:`RunConfigError` for ``--device``) a device this machine does not have, before anything is
+    loaded or written: the strategies' check (:func:`~avalanche_color.utils.checks.missing_device`), worded for
+    the command line, and ``auto``."""
     if device == "auto":
         return
     try:
-        parsed = torch.device(device)
-    except (RuntimeError, ValueError):
+        missing = missing_device(device)
+    except ValueError:
         raise RunConfigError("device", device, "must be cpu, cuda, cuda:N or auto (cuda where there is one)") from None
-    if parsed.type == "cpu":
-        return
-    if parsed.type != "cuda":
-        raise RunConfigError("device", device, "must be cpu, cuda, cuda:N or auto (cuda where there is one)")
-    if not torch.cuda.is_available():
-        raise RunConfigError("device", device, f"this machine has no CUDA device (torch.cuda.is_available() is "
-                                               f"False, torch {torch.__version__}); pass --device cpu, or "
-                                               f"--device auto to use CUDA where there is one")
-    count = torch.cuda.device_count()
-    if parsed.index is not None and parsed.index >= count:
-        raise RunConfigError("device", device, f"this machine has {count} CUDA device(s): cuda:0 to cuda:{count - 1}")
+    if missing is not None:
+        raise RunConfigError("device", device, f"{missing}; pass --device cpu, or --device auto to use CUDA where "
+                                               f"there is one")
 
 
 def console() -> None:

@@ -136,29 +136,42 @@ def subset_of(allowed: Collection[str], *, allow_empty: bool = False) -> Check:
     return check_subset
 
 
-def usable_device(value: object) -> Optional[str]:
-    """A device this machine has: ``cpu``, ``cuda`` or ``cuda:N`` where CUDA has device N (a string or a
-    ``torch.device``); ``mps`` where torch finds it."""
+def missing_device(value: object) -> Optional[str]:
+    """What this machine lacks to run on the device ``value`` (a string or a ``torch.device``), or None: it has
+    ``cpu``, ``cuda`` and ``cuda:N`` where CUDA has device N, ``mps`` where torch finds it. The one check of a
+    device: a strategy's ``device`` (:func:`usable_device`) and the runner's ``--device`` word it each their way.
+
+    Raises:
+        ValueError: ``value`` names none of these devices.
+    """
     import torch  # here, so that the runner's settings import no torch
 
-    allowed = "must be cpu, cuda or cuda:N (a str or torch.device)"
     try:
         device = torch.device(value)  # type: ignore[arg-type]  # any value: torch says what it cannot parse
     except (RuntimeError, ValueError, TypeError):
-        return allowed
+        device = None
+    if device is None or device.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"device must be cpu, cuda, cuda:N or mps, got {value!r}")
     if device.type == "cpu":
         return None
     if device.type == "mps":
-        return None if torch.backends.mps.is_available() else "is not usable: torch finds no MPS device here"
-    if device.type != "cuda":
-        return allowed
+        return None if torch.backends.mps.is_available() else "torch finds no MPS device here"
     if not torch.cuda.is_available():
-        return (f"is not usable: this machine has no CUDA device (torch.cuda.is_available() is False, torch "
-                f"{torch.__version__}); use cpu")
+        return f"this machine has no CUDA device (torch.cuda.is_available() is False, torch {torch.__version__})"
     count = torch.cuda.device_count()
     if device.index is not None and device.index >= count:
-        return f"is not usable: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}"
+        return f"this machine has {count} CUDA device(s): cuda:0 to cuda:{count - 1}"
     return None
+
+
+def usable_device(value: object) -> Optional[str]:
+    """A device this machine has (:func:`missing_device`): ``cpu``, ``cuda`` or ``cuda:N`` where CUDA has
+    device N (a string or a ``torch.device``); ``mps`` where torch finds it."""
+    try:
+        missing = missing_device(value)
+    except ValueError:
+        return "must be cpu, cuda or cuda:N (a str or torch.device)"
+    return None if missing is None else f"is not usable: {missing}; use cpu"
 
 
 # ---------------------------------------------------------------------- options: fields that carry their check and doc

@@ -56,7 +56,7 @@ from torch.nn import functional as F
 
 from avalanche_color.experts.routed_vit import (backbone_images, check_classes, check_experience_images,
                                                 check_vision_transformer)
-from avalanche_color.lora import block_forward, trained_dtype
+from avalanche_color.lora import block_forward, fused_qkv_width, trained_dtype
 from avalanche_color.peers.cl_lora.config import CLLoRAConfig
 from avalanche_color.peers.lora_sum.model import load_folder, save_folder
 from avalanche_color.utils.experiences import experience_classes, origin_experience
@@ -106,11 +106,8 @@ class CLLoRAQKV(nn.Module):
 
     def __init__(self, base_layer: nn.Linear) -> None:
         super().__init__()
-        if base_layer.out_features % 3:
-            raise ValueError(f"base_layer must be a fused qkv projection with 3*d outputs, "
-                             f"got out_features={base_layer.out_features}")
         self.base_layer = base_layer
-        self.width = base_layer.out_features // 3
+        self.width = fused_qkv_width(base_layer)
 
     @property
     def in_features(self) -> int:

@@ -63,7 +63,7 @@ from avalanche_color.experts.routed_vit import (backbone_images, check_classes, 
                                                 check_vision_transformer)
 from avalanche_color.experts.saved import (backbone_fingerprint, check_config_unchanged, load_tensors,
                                            read_saved_folder, read_verified, write_saved_folder)
-from avalanche_color.lora import QVLoRA, expert_tokens, trained_dtype
+from avalanche_color.lora import QVLoRA, expert_tokens, fused_qkv_width, trained_dtype
 from avalanche_color.peers.lora_sum.config import DirectionNorm
 from avalanche_color.utils.experiences import experience_classes
 from avalanche_color.utils.files import PathLike
@@ -115,11 +115,8 @@ class LoRASumQKV(nn.Module):
 
     def __init__(self, base_layer: nn.Linear, parts: tuple[Part, Part]) -> None:
         super().__init__()
-        if base_layer.out_features % 3:
-            raise ValueError(f"base_layer must be a fused qkv projection with 3*d outputs, "
-                             f"got out_features={base_layer.out_features}")
         self.base_layer = base_layer
-        self.width = base_layer.out_features // 3
+        self.width = fused_qkv_width(base_layer)
         self.parts = tuple(PARTS.index(part) for part in parts)
         self.components = nn.ModuleList()
 
