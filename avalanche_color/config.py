@@ -27,7 +27,7 @@ Configs take keywords only (``CoLoRConfig(8)`` is a ``TypeError``).
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, get_args
 
 from avalanche_color.utils.checks import (Options, boolean, integer, non_negative, non_negative_int, one_of, option,
                                           option_group, optional, positive, positive_int)
@@ -40,11 +40,11 @@ PrototypeData = Literal["train", "eval"]
 # (trained weights stay float32; float16 with a gradient scaler).
 Precision = Literal["32-true", "bf16-mixed", "16-mixed"]
 
-ROUTING_FEATURES: tuple[str, ...] = RoutingFeatures.__args__  # type: ignore[attr-defined]
-ROUTERS: tuple[str, ...] = Router.__args__  # type: ignore[attr-defined]
-DISTANCES: tuple[str, ...] = Distance.__args__  # type: ignore[attr-defined]
-PROTOTYPE_DATA: tuple[str, ...] = PrototypeData.__args__  # type: ignore[attr-defined]
-PRECISIONS: tuple[str, ...] = Precision.__args__  # type: ignore[attr-defined]
+ROUTING_FEATURES: tuple[str, ...] = get_args(RoutingFeatures)
+ROUTERS: tuple[str, ...] = get_args(Router)
+DISTANCES: tuple[str, ...] = get_args(Distance)
+PROTOTYPE_DATA: tuple[str, ...] = get_args(PrototypeData)
+PRECISIONS: tuple[str, ...] = get_args(Precision)
 
 
 @option_group

@@ -153,21 +153,22 @@ def broadcast_tensor(tensor: Optional[Tensor], device: torch.device, src: int = 
         if tensor is None:
             raise ValueError("broadcast_tensor needs the tensor when not distributed")
         return tensor.to(device)
-    source = torch.distributed.get_rank() == src
-    if source and tensor is None:
-        raise ValueError(f"rank {src} broadcasts: it must give the tensor, got None")
-    if source and (tensor.dtype not in _DTYPES or tensor.dim() > _MAX_DIMS):  # type: ignore[union-attr]
-        raise ValueError(f"broadcast_tensor takes up to {_MAX_DIMS} dimensions of a dtype in {_DTYPES}, "
-                         f"got {tensor.dtype} with shape {tuple(tensor.shape)}")  # type: ignore[union-attr]
     placement = communication_device()
-    header = torch.zeros(2 + _MAX_DIMS, dtype=torch.int64, device=placement)
-    if source:
-        header[0], header[1] = _DTYPES.index(tensor.dtype), tensor.dim()  # type: ignore[union-attr]
-        header[2: 2 + tensor.dim()] = torch.tensor(tensor.shape)  # type: ignore[union-attr]
-    torch.distributed.broadcast(header, src)
-    dtype_index, dims, *shape = header.tolist()
-    data = (tensor.to(placement).contiguous() if source  # type: ignore[union-attr]
-            else torch.empty(shape[:dims], dtype=_DTYPES[dtype_index], device=placement))
+    header = torch.zeros(2 + _MAX_DIMS, dtype=torch.int64, device=placement)  # dtype, dims, shape
+    if torch.distributed.get_rank() == src:
+        if tensor is None:
+            raise ValueError(f"rank {src} broadcasts: it must give the tensor, got None")
+        if tensor.dtype not in _DTYPES or tensor.dim() > _MAX_DIMS:
+            raise ValueError(f"broadcast_tensor takes up to {_MAX_DIMS} dimensions of a dtype in {_DTYPES}, "
+                             f"got {tensor.dtype} with shape {tuple(tensor.shape)}")
+        header[0], header[1] = _DTYPES.index(tensor.dtype), tensor.dim()
+        header[2: 2 + tensor.dim()] = torch.tensor(tensor.shape)
+        torch.distributed.broadcast(header, src)
+        data = tensor.to(placement).contiguous()
+    else:
+        torch.distributed.broadcast(header, src)
+        dtype_index, dims, *shape = header.tolist()
+        data = torch.empty(shape[:dims], dtype=_DTYPES[dtype_index], device=placement)
     torch.distributed.broadcast(data, src)
     return data.to(device)
 

@@ -6,7 +6,7 @@ The option groups it shares with the other methods (training, loaders) and the c
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal, Optional, get_args
 
 from avalanche_color.config import LoaderOptions, TrainingOptions
 from avalanche_color.utils.checks import (Options, boolean, non_negative, one_of, option, option_group, optional,
@@ -16,10 +16,10 @@ HeadInput = Literal["prompts", "pooled"]
 PromptInit = Literal["uniform", "zero", "code"]
 HeadInit = Literal["linear", "zero"]
 BatchwiseSelection = Literal["never", "training", "always"]
-HEAD_INPUTS: tuple[str, ...] = HeadInput.__args__  # type: ignore[attr-defined]
-PROMPT_INITS: tuple[str, ...] = PromptInit.__args__  # type: ignore[attr-defined]
-HEAD_INITS: tuple[str, ...] = HeadInit.__args__  # type: ignore[attr-defined]
-BATCHWISE_SELECTIONS: tuple[str, ...] = BatchwiseSelection.__args__  # type: ignore[attr-defined]
+HEAD_INPUTS: tuple[str, ...] = get_args(HeadInput)
+PROMPT_INITS: tuple[str, ...] = get_args(PromptInit)
+HEAD_INITS: tuple[str, ...] = get_args(HeadInit)
+BATCHWISE_SELECTIONS: tuple[str, ...] = get_args(BatchwiseSelection)
 # L2P's code scales its learning rate by the global batch over this (train_continual.py,
 # base_learning_rate = config.learning_rate * global_batch_size / 256.0).
 LR_REFERENCE_BATCH = 256

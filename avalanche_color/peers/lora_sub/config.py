@@ -9,7 +9,7 @@ the subspace threshold 0.99 (hard-coded there), the triplet margin 1.0 and weigh
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal, Optional, get_args
 
 from avalanche_color.config import LoaderOptions, TrainingOptions
 from avalanche_color.peers.lora_sum.config import SCHEDULES, Schedule
@@ -19,7 +19,7 @@ from avalanche_color.utils.checks import (fraction, integer, non_negative, one_o
 __all__ = ["LoRASubtractionConfig", "SameClassPrototypes", "Schedule"]
 
 SameClassPrototypes = Literal["include", "exclude"]
-SAME_CLASS_PROTOTYPES: tuple[str, ...] = SameClassPrototypes.__args__  # type: ignore[attr-defined]
+SAME_CLASS_PROTOTYPES: tuple[str, ...] = get_args(SameClassPrototypes)
 
 
 @option_group

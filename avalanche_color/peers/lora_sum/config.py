@@ -8,14 +8,14 @@ schedule, which each method's config sets to its code's values.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from avalanche_color.config import LoaderOptions, TrainingOptions
 from avalanche_color.utils.checks import integer, non_negative, one_of, option, option_group, positive_int
 
 Optimizer = Literal["sgd", "adam"]
 Schedule = Literal["constant", "cosine", "epoch_cosine"]
-SCHEDULES: tuple[str, ...] = Schedule.__args__  # type: ignore[attr-defined]
+SCHEDULES: tuple[str, ...] = get_args(Schedule)
 # The norm a normalised direction is divided by (SD-LoRA's ``direction_norm``; the layer's Mixing reads it):
 # ``||B||_F ||A||_F`` (the SD-LoRA code) or ``||B A||_F`` (its paper).
 DirectionNorm = Literal["factors", "product"]

@@ -6,13 +6,13 @@ are in :mod:`avalanche_color.config`.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from avalanche_color.config import DISTANCES, Distance, RoutedExpertsConfig, RoutingOptions
 from avalanche_color.utils.checks import one_of, option, option_group, positive, positive_int
 
 Schedule = Literal["cosine", "epoch_cosine"]
-SCHEDULES: tuple[str, ...] = Schedule.__args__  # type: ignore[attr-defined]
+SCHEDULES: tuple[str, ...] = get_args(Schedule)
 
 
 @option_group

@@ -11,7 +11,7 @@ the newest one is normalised and what earlier magnitudes start from are the code
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, get_args
 
 from avalanche_color.peers.lora_sum.config import DirectionNorm, LoRASumTraining, Optimizer, Schedule
 from avalanche_color.utils.checks import each, one_of, option, option_group, optional, positive, positive_int
@@ -21,10 +21,10 @@ __all__ = ["DirectionNorm", "EarlierMagnitudes", "HeadInit", "NormaliseWhen", "O
 NormaliseWhen = Literal["next_experience", "finish"]
 EarlierMagnitudes = Literal["restart", "keep"]
 HeadInit = Literal["kaiming", "linear"]
-DIRECTION_NORMS: tuple[str, ...] = DirectionNorm.__args__  # type: ignore[attr-defined]
-NORMALISE_WHENS: tuple[str, ...] = NormaliseWhen.__args__  # type: ignore[attr-defined]
-EARLIER_MAGNITUDES: tuple[str, ...] = EarlierMagnitudes.__args__  # type: ignore[attr-defined]
-HEAD_INITS: tuple[str, ...] = HeadInit.__args__  # type: ignore[attr-defined]
+DIRECTION_NORMS: tuple[str, ...] = get_args(DirectionNorm)
+NORMALISE_WHENS: tuple[str, ...] = get_args(NormaliseWhen)
+EARLIER_MAGNITUDES: tuple[str, ...] = get_args(EarlierMagnitudes)
+HEAD_INITS: tuple[str, ...] = get_args(HeadInit)
 
 
 @option_group
