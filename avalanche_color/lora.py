@@ -398,9 +398,11 @@ def pad_dim(t: Tensor, dim: int, size: int) -> Tensor:
 # ``Attention`` (timm 1.0), and call each block's
 # :class:`QKVExperts` as ``qkv(x, experts)``. The tests
 # check them bit-identical to timm's own forward without experts, and equal to a ViT with
-# an expert's update merged into its weights.
+# an expert's update merged into its weights. The LoRA-sum peers and CL-LoRA run the same forward
+# with their own qkv layers, so ``experts`` is whatever the model's qkv layers take per forward
+# (CoLoR's :data:`ExpertSelection`, the peers' mixing or update), handed on unread: ``object``.
 
-def expert_tokens(vit: VisionTransformer, x: Tensor, experts: ExpertSelection,
+def expert_tokens(vit: VisionTransformer, x: Tensor, experts: object,
                   trained: Optional[int] = None) -> Tensor:
     """The ViT's output tokens (after the final norm), every qkv layer computing with ``experts``
     (``trained``: the expert that trains, see :meth:`QKVExperts.forward`)."""
@@ -410,13 +412,13 @@ def expert_tokens(vit: VisionTransformer, x: Tensor, experts: ExpertSelection,
     return vit.norm(tokens)
 
 
-def block_forward(block: Block, x: Tensor, experts: ExpertSelection, trained: Optional[int] = None) -> Tensor:
+def block_forward(block: Block, x: Tensor, experts: object, trained: Optional[int] = None) -> Tensor:
     """timm's ``Block.forward`` (no attention mask), with ``experts`` given to the qkv layer."""
     x = x + block.drop_path1(block.ls1(attention_forward(block.attn, block.norm1(x), experts, trained)))
     return x + block.drop_path2(block.ls2(block.mlp(block.norm2(x))))
 
 
-def attention_forward(attn: Attention, x: Tensor, experts: ExpertSelection, trained: Optional[int] = None) -> Tensor:
+def attention_forward(attn: Attention, x: Tensor, experts: object, trained: Optional[int] = None) -> Tensor:
     """timm's ``Attention.forward`` (no attention mask), with ``experts`` given to the qkv layer."""
     batch, tokens, _ = x.shape
     gate = getattr(attn, "gate", None)  # timm >= 1.0.20: an optional sigmoid gate

@@ -32,7 +32,7 @@ import json
 import warnings
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors
@@ -42,6 +42,9 @@ from torch import Tensor, nn
 from avalanche_color.utils.files import PathLike, write_folder_atomically
 from avalanche_color.utils.state import tensors_digest
 from avalanche_color.version import __version__
+
+if TYPE_CHECKING:  # a type only: routed_vit imports this module for the model's save and load
+    from avalanche_color.experts.routed_vit import RoutedExpertViT
 
 # --------------------------------------------------------------------------------------------------
 # What identifies a routed expert model's learned state, for the checkpoint and the saved folder.
@@ -292,18 +295,15 @@ def _config_copy(data: bytes) -> Any:
 FORMAT = "avalanche_color.pretrained"
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "experts.safetensors"
-# A routed expert model (routed_vit.RoutedExpertViT); named here only through what it has,
-# so that this module, which the model's save and load methods call, never imports the model.
-Model = TypeVar("Model", bound=nn.Module)
+Model = TypeVar("Model", bound="RoutedExpertViT")
 
 
-def model_options(model_class: type[nn.Module], config: Any) -> dict[str, Any]:
+def model_options(model_class: type[RoutedExpertViT], config: Any) -> dict[str, Any]:
     """The model's own options (the fields of its options class), as JSON-ready values."""
-    names = model_class.options_class.names()  # type: ignore[attr-defined]
-    return {name: getattr(config, name) for name in names}
+    return {name: getattr(config, name) for name in model_class.options_class.names()}
 
 
-def save_pretrained(model: nn.Module, folder: PathLike) -> Path:
+def save_pretrained(model: RoutedExpertViT, folder: PathLike) -> Path:
     """Write ``model``'s experts and ``config.json`` into ``folder``, atomically.
 
     Both files are written into a new folder beside ``folder`` that then takes its name, so a

@@ -21,7 +21,7 @@ import textwrap
 import warnings
 from dataclasses import MISSING, dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, TextIO, Union
 
 from avalanche_color.runner.config import BUDGET, DEFAULT_OUT, RunConfig, RunConfigError, setting
 from avalanche_color.runner.methods import methods_taking
@@ -222,14 +222,24 @@ def hide_avalanche_deprecations() -> None:
     A filter cannot do it: Avalanche's ``deprecated`` decorator puts its own filter first
     on every call (``warnings.simplefilter("once")``), so they are dropped when shown.
     """
-    show = warnings.showwarning
-    if getattr(show, "hides_avalanche_deprecations", False):  # main() called again: wrapped already
-        return
+    if not isinstance(warnings.showwarning, _WithoutAvalancheDeprecations):  # main() called again: wrapped already
+        warnings.showwarning = _WithoutAvalancheDeprecations(warnings.showwarning)
+
+
+# warnings.showwarning's signature: (message, category, filename, lineno, file, line)
+ShowWarning = Callable[[Union[Warning, str], type[Warning], str, int, Optional[TextIO], Optional[str]], None]
+
+
+class _WithoutAvalancheDeprecations:
+    """A ``warnings.showwarning`` that shows every warning with ``show`` but Avalanche's deprecation notices
+    about its own code."""
+
     avalanche = f"{os.sep}avalanche{os.sep}"
 
-    def showwarning(message, category, filename, lineno, file=None, line=None):
-        if not (issubclass(category, DeprecationWarning) and avalanche in filename):
-            show(message, category, filename, lineno, file, line)
+    def __init__(self, show: ShowWarning) -> None:
+        self.show = show
 
-    showwarning.hides_avalanche_deprecations = True  # type: ignore[attr-defined]
-    warnings.showwarning = showwarning
+    def __call__(self, message: Union[Warning, str], category: type[Warning], filename: str, lineno: int,
+                 file: Optional[TextIO] = None, line: Optional[str] = None) -> None:
+        if not (issubclass(category, DeprecationWarning) and self.avalanche in filename):
+            self.show(message, category, filename, lineno, file, line)

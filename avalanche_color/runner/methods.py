@@ -377,18 +377,22 @@ class _ReadRecorder:
     def __init__(self) -> None:
         self.read: set[str] = set()
 
-    def __getattr__(self, name: str) -> None:
+    def __getattr__(self, name: str) -> Any:  # None, standing for whatever value the setting has
         if name.startswith("__"):
             raise AttributeError(name)
         self.read.add(name)
         return None
 
 
+def _no_backbone(num_classes: int) -> nn.Module:
+    raise RuntimeError("a method's options are built without a backbone")
+
+
 def settings_read(name: str) -> frozenset[str]:
     """The run's settings (names of :class:`MethodSettings`) that method ``name``'s options read, found by
     building its options once on a stand-in that records what is read (it imports no torch)."""
     recorder = _ReadRecorder()
-    method(name).options(MethodRun(recorder, rank=1, k=1, num_classes=2, backbone=None,  # type: ignore[arg-type]
+    method(name).options(MethodRun(recorder, rank=1, k=1, num_classes=2, backbone=_no_backbone,
                                    strategy_options={}, num_experiences=2))
     return frozenset(recorder.read)
 

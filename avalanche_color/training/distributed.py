@@ -91,8 +91,9 @@ def init_distributed(seed: int, backend: Optional[str] = None) -> torch.device:
             torch.cuda.set_device(device)
         return device
 
-    # An instance attribute: Avalanche's helper is a singleton whose methods call self.make_device().
-    DistributedHelper.make_device = make_device  # type: ignore[method-assign]
+    # An instance attribute: Avalanche's helper is a singleton whose methods call self.make_device(); to a type
+    # checker that reads Avalanche, _DistributedHelperCls.make_device is a method, which no assignment may replace.
+    DistributedHelper.make_device = make_device  # type: ignore[method-assign]  # Avalanche's _DistributedHelperCls
     DistributedHelper.init_distributed(seed, backend=backend, use_cuda=use_cuda)
     return make_device()
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import textwrap
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -103,37 +103,38 @@ def optional(check: Check) -> Check:
     return lambda value: None if value is None else check(value)
 
 
-def _sequence(values: object, allow_empty: bool) -> Optional[str]:
-    if not isinstance(values, (tuple, list)):
-        return "must be a tuple or list"
-    return "must not be empty" if not values and not allow_empty else None
+def _sequence_of(check_items: Callable[[Sequence[object]], Optional[str]], allow_empty: bool) -> Check:
+    """A tuple or list (not empty unless ``allow_empty``) whose items pass ``check_items``."""
+
+    def check_sequence(values: object) -> Optional[str]:
+        if not isinstance(values, (tuple, list)):
+            return "must be a tuple or list"
+        if not values and not allow_empty:
+            return "must not be empty"
+        return check_items(values)
+
+    return check_sequence
 
 
 def each(check: Check, *, allow_empty: bool = False) -> Check:
     """A tuple or list whose every item passes ``check`` (and, unless ``allow_empty``, not empty)."""
 
-    def check_each(values: object) -> Optional[str]:
-        problem = _sequence(values, allow_empty)
-        if problem:
-            return problem
-        problems = [found for found in map(check, values) if found]  # type: ignore[arg-type]
+    def check_each(values: Sequence[object]) -> Optional[str]:
+        problems = [found for found in map(check, values) if found]
         return f"must each {problems[0].removeprefix('must ')}" if problems else None
 
-    return check_each
+    return _sequence_of(check_each, allow_empty)
 
 
 def subset_of(allowed: Collection[str], *, allow_empty: bool = False) -> Check:
     """A tuple or list of values from ``allowed``; the problem names those that are not."""
     choices = tuple(allowed)
 
-    def check_subset(values: object) -> Optional[str]:
-        problem = _sequence(values, allow_empty)
-        if problem:
-            return problem
-        unknown = [value for value in values if value not in choices]  # type: ignore[union-attr]
+    def check_subset(values: Sequence[object]) -> Optional[str]:
+        unknown = [value for value in values if value not in choices]
         return f"must be among {choices} (not {', '.join(map(repr, unknown))})" if unknown else None
 
-    return check_subset
+    return _sequence_of(check_subset, allow_empty)
 
 
 def missing_device(value: object) -> Optional[str]:
@@ -147,7 +148,9 @@ def missing_device(value: object) -> Optional[str]:
     import torch  # here, so that the runner's settings import no torch
 
     try:
-        device = torch.device(value)  # type: ignore[arg-type]  # any value: torch says what it cannot parse
+        # Any value goes to torch as it is: torch.device parses more than its stub's str, int or device (bytes,
+        # numpy ints) and raises TypeError for the rest.
+        device = torch.device(value)  # type: ignore[call-overload]  # torch.device's stub: str, int or device
     except (RuntimeError, ValueError, TypeError):
         device = None
     if device is None or device.type not in ("cpu", "cuda", "mps"):

@@ -164,7 +164,7 @@ class AdapterBank(nn.Module):
         """Through the shared blocks with the shared adapters (``teacher``: the teacher's U's instead)."""
         for index, adapter in enumerate(self.shared):
             up = self.teacher_up[index] if teacher else adapter.up
-            tokens = block_forward(blocks[index], tokens, QVUpdate(adapter.down, up))  # type: ignore[arg-type]
+            tokens = block_forward(blocks[index], tokens, QVUpdate(adapter.down, up))
         return tokens
 
     def specific_tokens(self, blocks: nn.Sequential, tokens: Tensor, experience: int) -> Tensor:
@@ -172,7 +172,7 @@ class AdapterBank(nn.Module):
         weights = self.block_weights[experience]
         for j, adapter in enumerate(self.specific[experience]):
             update = QVUpdate(adapter.down, adapter.up, weights[0::2, j])
-            tokens = block_forward(blocks[self.num_shared + j], tokens, update)  # type: ignore[arg-type]
+            tokens = block_forward(blocks[self.num_shared + j], tokens, update)
         return tokens
 
 

@@ -141,7 +141,7 @@ class LoRASubtractionViT(LoRASumViT):
     def features(self, x: Tensor, mixing: Union[Mixing, None] = None) -> Tensor:
         """The pooled feature under ``mixing`` (default: every component summed, :meth:`mixing`)."""
         tokens = expert_tokens(self.backbone, backbone_images(self.backbone, x),
-                               self.mixing() if mixing is None else mixing)  # type: ignore[arg-type]
+                               self.mixing() if mixing is None else mixing)
         return self.backbone.forward_head(tokens, pre_logits=True)
 
     def head_logits(self, features: Tensor) -> Tensor:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, ClassVar, Literal, Optional
+from typing import Any, Callable, ClassVar, Literal, Optional, overload
 
 import torch
 from avalanche.benchmarks.utils.data_loader import collate_from_data_or_kwargs
@@ -169,8 +169,15 @@ class ProjectedAdam(Optimizer):
         """From now on, project ``parameter``'s update by ``projection`` on ``side``."""
         self.projections[parameter] = (projection, side)
 
+    # Optimizer.step's two forms: without a closure it returns None, with one the closure's loss.
+    @overload
+    def step(self, closure: None = None) -> None: ...
+
+    @overload
+    def step(self, closure: Callable[[], float]) -> float: ...
+
     @torch.no_grad()
-    def step(self, closure: Optional[Callable[[], float]] = None) -> Optional[float]:  # type: ignore[override]
+    def step(self, closure: Optional[Callable[[], float]] = None) -> Optional[float]:
         loss = None
         if closure is not None:
             with torch.enable_grad():

@@ -400,9 +400,7 @@ class LoRASumViT(DynamicModule):
 
     def features(self, x: Tensor) -> Tensor:
         """The pooled feature with every component summed in (one backbone forward)."""
-        # The package's timm forward with an argument for every qkv layer (it hands ``mixing`` on as is).
-        tokens = expert_tokens(self.backbone, backbone_images(self.backbone, x),
-                               self.mixing())  # type: ignore[arg-type]
+        tokens = expert_tokens(self.backbone, backbone_images(self.backbone, x), self.mixing())
         return self.backbone.forward_head(tokens, pre_logits=True)
 
     def forward(self, x: Tensor) -> Tensor:
