@@ -1,8 +1,9 @@
 """griffe extension: the API pages show what the package makes from its option declarations, as ``help()`` does.
 
 An option is declared once, in its config (``option(default, check, doc=...)``); the option groups' Attributes
-sections and each method's ``__init__`` (signature and Args) are made from those declarations when the package
-is imported (``avalanche_color.utils.checks.option_group``, ``avalanche_color.training.strategy.documented_init``).
+sections and the ``__init__`` (signature and Args) of each method and baseline are made from those declarations
+when the package is imported (``avalanche_color.utils.checks.option_group``,
+``avalanche_color.training.strategy.documented_init``).
 griffe reads the source, where they are not written, so this extension takes them from the imported classes.
 Listed before ``sphinx_roles.py``, which then shows their roles as code.
 """
@@ -21,7 +22,7 @@ class DerivedDocs(griffe.Extension):
     def on_object(self, *, obj: griffe.Object, **kwargs: Any) -> None:
         if not (obj.is_class and obj.path.startswith("avalanche_color.") and obj.docstring is not None):
             return
-        from avalanche_color.training.strategy import ConfiguredStrategy
+        from avalanche_color.training.strategy import StrategyBase
         from avalanche_color.utils.checks import Options
 
         try:
@@ -32,7 +33,7 @@ class DerivedDocs(griffe.Extension):
             return
         if issubclass(runtime, Options):
             obj.docstring = like(obj.docstring, inspect.getdoc(runtime), obj)
-        elif issubclass(runtime, ConfiguredStrategy) and "config_class" in vars(runtime):
+        elif issubclass(runtime, StrategyBase) and "config_class" in vars(runtime):
             obj.set_member("__init__", method(runtime.__init__, obj))
 
 

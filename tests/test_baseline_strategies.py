@@ -8,9 +8,7 @@ comparison runner's build of the same method.
 from __future__ import annotations
 
 import copy
-import inspect
 import re
-import typing
 
 import pytest
 import torch
@@ -19,7 +17,7 @@ from torch import nn
 
 from avalanche_color import CoLoRConfig, DataChecksPlugin
 from avalanche_color.baselines import NCM, CurrentClassesMasking, JointLoRA, RanPAC
-from avalanche_color.baselines.options import BaselineOptions
+from avalanche_color.baselines.options import BaselineOptions, JointLoRAOptions, RanPACOptions
 from avalanche_color.runner import RunConfig
 from avalanche_color.runner.backbone_loading import with_head
 from avalanche_color.runner.run import build_method
@@ -115,9 +113,10 @@ def test_the_runner_builds_the_strategy_a_user_imports(method, one_thread):
         assert torch.equal(runner.model(test), user.model(test))
 
 
-BUILDERS = {"RanPAC": lambda vit, **options: RanPAC(vit, width=WIDTH, **options),
+BUILDERS = {"RanPAC": lambda vit, **options: RanPAC(vit, **{"width": WIDTH, **options}),
             "NCM": lambda vit, **options: NCM(vit, **options),
-            "JointLoRA": lambda vit, **options: JointLoRA(vit, num_classes=4, rank=2, **options)}
+            "JointLoRA": lambda vit, **options: JointLoRA(vit, **{"num_classes": 4, "rank": 2, **options})}
+CONFIGS = {"RanPAC": RanPACOptions, "NCM": BaselineOptions, "JointLoRA": JointLoRAOptions}
 
 
 @pytest.mark.parametrize("name", BUILDERS)
@@ -174,7 +173,9 @@ def test_joint_lora_defaults_are_colors():
     (lambda vit: NCM(vit, train_mb_size=0), ValueError, "train_mb_size must be an integer >= 1, got 0"),
     (lambda vit: NCM(vit, check_data="yes"), ValueError, "check_data must be True or False, got 'yes'"),
     (lambda vit: NCM(vit, plugins=DataChecksPlugin()), ValueError, "plugins must be a sequence"),
+    (lambda vit: JointLoRA(vit), TypeError, "missing 1 required keyword-only argument: 'num_classes'"),
     (lambda vit: JointLoRA(vit, num_classes=0), ValueError, "num_classes must be an integer >= 1, got 0"),
+    (lambda vit: JointLoRA(vit, num_classes=2.0), ValueError, "num_classes must be an integer >= 1, got 2.0"),
     (lambda vit: JointLoRA(vit, num_classes=4, rank=0), ValueError, "rank must be an integer >= 1, got 0"),
     (lambda vit: JointLoRA(vit, num_classes=4, lr=-1.0), ValueError, "lr must be a number > 0, got -1.0"),
     (lambda vit: JointLoRA(nn.Linear(4, 4), num_classes=4), TypeError, "model must be a timm"),
@@ -202,18 +203,27 @@ def test_bad_arguments_are_refused_by_name(build, error, message):
         build(tiny_vit())
 
 
-@pytest.mark.parametrize("strategy", [RanPAC, NCM, JointLoRA])
-def test_the_docstring_documents_every_argument_in_order(strategy):
-    documented = re.findall(r"^ {12}(?:\*\*)?(\w+):", strategy.__init__.__doc__, flags=re.MULTILINE)
-    assert documented == list(inspect.signature(strategy).parameters)
+@pytest.mark.parametrize("name", BUILDERS)
+def test_a_config_and_the_same_options_as_keywords_build_the_same_baseline(name):
+    build, config_class = BUILDERS[name], CONFIGS[name]
+    own = {"width": WIDTH} if name == "RanPAC" else {"num_classes": 4, "rank": 2} if name == "JointLoRA" else {}
+    options = {**own, "train_mb_size": 16, "check_data": False}
+    by_keywords = build(tiny_vit(0), evaluator=quiet_evaluator(), **options)
+    by_config = build(tiny_vit(0), config=config_class(**options), evaluator=quiet_evaluator())
+    # Options given beside a config replace its fields; Avalanche's keywords go on to its template.
+    mixed = build(tiny_vit(0), config=config_class(**{**options, "train_mb_size": 8}), train_mb_size=16,
+                  evaluator=quiet_evaluator(), eval_every=1)
+    assert by_keywords.config == by_config.config == mixed.config == config_class(**options)
+    assert (mixed.train_mb_size, mixed.eval_every) == (16, 1)
+    assert not any(plugin.scan_experiences for plugin in mixed.plugins if isinstance(plugin, DataChecksPlugin))
 
 
-@pytest.mark.parametrize("strategy", [RanPAC, NCM, JointLoRA])
-def test_the_signature_gives_the_shared_options_as_baseline_options_declares_them(strategy):
-    """Each baseline lists the shared options in its own signature (help() shows them); BaselineOptions
-    checks them: the two agree on the names, types and defaults."""
-    parameters = inspect.signature(strategy).parameters
-    hints = typing.get_type_hints(strategy.__init__)
-    declared = typing.get_type_hints(BaselineOptions)
-    assert {name: hints[name] for name in declared} == declared
-    assert {name: parameters[name].default for name in declared} == BaselineOptions.defaults()
+def test_joint_lora_needs_num_classes_and_takes_the_runners_keywords():
+    with pytest.raises(TypeError, match=r"missing 1 required keyword-only argument: 'num_classes'"):
+        JointLoRA(tiny_vit())
+    # The runner's call (runner/methods.py): the options as keywords, then the budget every strategy gets.
+    strategy = JointLoRA(tiny_vit(), num_classes=4, rank=2, lr=0.05, momentum=0.9, weight_decay=1e-4,
+                         train_mb_size=16, train_epochs=3, eval_mb_size=32, device="cpu", evaluator=quiet_evaluator())
+    group = strategy.optimizer.param_groups[0]
+    assert (group["lr"], group["weight_decay"], strategy.model.experts.rank) == (0.05, 1e-4, 2)
+    assert (strategy.train_mb_size, strategy.train_epochs, strategy.eval_mb_size) == (16, 3, 32)

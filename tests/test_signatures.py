@@ -1,6 +1,6 @@
-"""Every option is declared once, as a field of its method's config (default, check, doc); each strategy's
-``__init__`` shows them all (signature, Args, ``help()``), made from that declaration, and the config the
-strategy builds reaches each part of the method once."""
+"""Every option is declared once, as a field of its method's config or its baseline's options (default, check,
+doc); each strategy's ``__init__``, the baselines' too, shows them all (signature, Args, ``help()``), made from
+that declaration, and the config the strategy builds reaches each part of the method once."""
 
 from __future__ import annotations
 
@@ -20,9 +20,10 @@ from avalanche.training import Naive
 from avalanche.training.templates.base import PositionalArgumentsDeprecatedWarning
 
 import avalanche_color
-from avalanche_color import (L2P, CLLoRA, CoLoR, CoLoRConfig, ConfiguredStrategy, DataChecksPlugin, InfLoRA,
-                             L2PModelOptions, LoRAOptions, LoRASubtraction, PromptOptions, PrototypeOptions,
-                             PrototypeRouterPlugin, SDLoRA, SPrompts, SPromptsConfig)
+from avalanche_color import (L2P, NCM, CLLoRA, CoLoR, CoLoRConfig, ConfiguredStrategy, DataChecksPlugin, InfLoRA,
+                             JointLoRA, L2PModelOptions, LoRAOptions, LoRASubtraction, PromptOptions, PrototypeOptions,
+                             PrototypeRouterPlugin, RanPAC, SDLoRA, SPrompts, SPromptsConfig)
+from avalanche_color.baselines import JointLoRAOptions
 from avalanche_color.config import ExpertTrainingOptions, LoaderOptions, RoutingOptions, TrainingOptions
 from avalanche_color.runner.methods import package_strategies
 from avalanche_color.training.strategy import STRATEGY_KEYWORDS
@@ -36,6 +37,13 @@ ALL_STRATEGIES = [(strategy, strategy.config_class) for strategy in package_stra
                   if issubclass(strategy, ConfiguredStrategy)]
 MODEL_OPTIONS = {CoLoR: LoRAOptions, SPrompts: PromptOptions, L2P: L2PModelOptions}
 AVALANCHE_KEYWORDS = list(STRATEGY_KEYWORDS)
+# The baselines: their own options, those of BaselineOptions, then Avalanche's keywords they take (no criterion).
+BASELINES = [(strategy, strategy.config_class) for strategy in (RanPAC, NCM, JointLoRA)]
+BASELINE_KEYWORDS = ["device", "plugins", "evaluator"]
+# Every strategy whose __init__ is made from its options.
+DERIVED = ALL_STRATEGIES + BASELINES
+# Options declared without a default, and a value to give them.
+REQUIRED = {JointLoRAOptions: {"num_classes": 3}}
 
 
 def option_groups() -> list[type[Options]]:
@@ -44,7 +52,7 @@ def option_groups() -> list[type[Options]]:
 
     peers = [f"avalanche_color.peers.{peer.name}.config"
              for peer in pkgutil.iter_modules(avalanche_color.peers.__path__) if peer.ispkg]
-    for module in ("avalanche_color.config", "avalanche_color.color.config", "avalanche_color.baselines.options"):
+    for module in ("avalanche_color.config", "avalanche_color.color.config", "avalanche_color.baselines"):
         importlib.import_module(module)
     for module in peers:
         importlib.import_module(module)
@@ -66,14 +74,25 @@ def help_text(strategy: type) -> str:
     return one_line(re.sub(r"(?m)^ *\| ?", "", pydoc.render_doc(strategy, renderer=pydoc.plaintext)))
 
 
+def documented(spec: dataclasses.Field) -> str:
+    """An option's entry in the Args or Attributes, on one line: its doc, and its default where it has one."""
+    default = "" if spec.default is dataclasses.MISSING else f" Default: ``{spec.default!r}``."
+    return f"{spec.name}: {one_line(spec.metadata['doc'])}{default}"
+
+
+def keywords_of(strategy: type) -> list[str]:
+    """The keywords of Avalanche that ``strategy``'s signature lists after its options."""
+    return AVALANCHE_KEYWORDS if issubclass(strategy, ConfiguredStrategy) else BASELINE_KEYWORDS
+
+
 # ---------------------------------------------------------------------- one declaration, shown everywhere
 
 
-@pytest.mark.parametrize("strategy, config_class", ALL_STRATEGIES)
+@pytest.mark.parametrize("strategy, config_class", DERIVED)
 def test_the_signature_lists_the_model_config_every_option_and_avalanches_keywords(strategy, config_class):
     parameters = inspect.signature(strategy).parameters
     fields = {spec.name: spec for spec in dataclasses.fields(config_class)}
-    assert list(parameters) == ["model", "config", *config_class.names(), *AVALANCHE_KEYWORDS, "kwargs"]
+    assert list(parameters) == ["model", "config", *config_class.names(), *keywords_of(strategy), "kwargs"]
     assert sorted(config_class.names()) == sorted(fields)
     assert parameters["model"].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
     assert {p.kind for name, p in parameters.items() if name not in ("model", "kwargs")} == {
@@ -82,14 +101,17 @@ def test_the_signature_lists_the_model_config_every_option_and_avalanches_keywor
     # Each option's type and default as the config declares them; the annotations agree with the signature.
     field_hints = typing.get_type_hints(config_class)
     assert {name: parameters[name].annotation for name in fields} == field_hints
-    assert {name: parameters[name].default for name in fields} == {name: spec.default for name, spec in fields.items()}
+    # An option declared without a default is a keyword the call must give.
+    assert {name: parameters[name].default for name in fields} == {
+        name: inspect.Parameter.empty if spec.default is dataclasses.MISSING else spec.default
+        for name, spec in fields.items()}
     assert parameters["config"].annotation == typing.Optional[config_class] and parameters["config"].default is None
     hints = typing.get_type_hints(strategy.__init__)
     assert {name: hints[name] for name in parameters if name != "kwargs"} == {
         name: p.annotation for name, p in parameters.items() if name != "kwargs"}
 
 
-@pytest.mark.parametrize("strategy, config_class", ALL_STRATEGIES)
+@pytest.mark.parametrize("strategy, config_class", DERIVED)
 def test_the_options_come_in_the_order_of_their_declaration_the_methods_own_first(strategy, config_class):
     # The config's own fields first, in the order its class body writes them.
     own = list(inspect.get_annotations(config_class))
@@ -102,22 +124,34 @@ def test_colors_options_are_its_groups_in_the_order_its_config_combines_them():
     assert CoLoRConfig.names()[:3] == ("rank", "alpha", "routing_features")
 
 
-@pytest.mark.parametrize("strategy, config_class", ALL_STRATEGIES)
+@pytest.mark.parametrize("strategy, config_class", DERIVED)
 def test_every_option_has_a_doc_and_help_shows_it_with_its_default(strategy, config_class):
     text = help_text(strategy)
     for spec in config_class.option_fields():
         doc = spec.metadata["doc"]
         assert doc and doc == doc.strip(), spec.name
-        assert f"{spec.name}: {one_line(doc)} Default: ``{spec.default!r}``." in text, spec.name
-    for name, doc in STRATEGY_KEYWORDS.items():
+        assert documented(spec) in text, spec.name
+        if spec.default is dataclasses.MISSING:
+            assert f"{documented(spec)} Default:" not in text, spec.name
+    for name, doc in strategy.argument_docs().items():
         assert f"{name}: {one_line(doc)}" in text
+    if issubclass(strategy, ConfiguredStrategy):
+        assert {name: strategy.argument_docs()[name] for name in AVALANCHE_KEYWORDS} == STRATEGY_KEYWORDS
 
 
-@pytest.mark.parametrize("strategy, config_class", ALL_STRATEGIES)
+@pytest.mark.parametrize("strategy, config_class", DERIVED)
 def test_the_init_docstring_documents_every_argument_in_order(strategy, config_class):
-    documented = re.findall(r"^ {4}(?:\*\*)?(\w+):", inspect.getdoc(strategy.__init__), flags=re.MULTILINE)
-    assert documented == list(inspect.signature(strategy).parameters)
-    assert f"its own settings ({', '.join(strategy.model_settings())})" in one_line(strategy.__init__.__doc__)
+    args = re.findall(r"^ {4}(?:\*\*)?(\w+):", inspect.getdoc(strategy.__init__), flags=re.MULTILINE)
+    assert args == list(inspect.signature(strategy).parameters)
+    if issubclass(strategy, ConfiguredStrategy):
+        assert f"its own settings ({', '.join(strategy.model_settings())})" in one_line(strategy.__init__.__doc__)
+
+
+def test_a_baselines_option_without_a_default_is_required_by_name():
+    assert inspect.signature(JointLoRA).parameters["num_classes"].default is inspect.Parameter.empty
+    for build in (lambda: JointLoRA(tiny_vit(0)), lambda: JointLoRAOptions(rank=2)):
+        with pytest.raises(TypeError, match="missing 1 required keyword-only argument: 'num_classes'"):
+            build()
 
 
 def test_help_shows_every_option_with_its_type_and_default():
@@ -135,7 +169,7 @@ def test_every_option_groups_attributes_name_each_field_with_its_doc(group):
     section = doc[doc.index("\nAttributes:\n"):]
     assert re.findall(r"^ {4}(\w+):", section, flags=re.MULTILINE) == list(group.names())
     for spec in group.option_fields():
-        assert f"{spec.name}: {one_line(spec.metadata['doc'])} Default: ``{spec.default!r}``." in one_line(section)
+        assert documented(spec) in one_line(section)
 
 
 def test_a_field_declared_again_keeps_the_doc_of_its_group_or_writes_its_own():
@@ -156,7 +190,8 @@ def test_option_groups_take_keywords_only(group):
     # CoLoRConfig(8) once set lr=8, the first field.
     with pytest.raises(TypeError, match="positional"):
         group(8)
-    assert group() == group(**group.defaults())
+    required = REQUIRED.get(group, {})
+    assert group(**required) == group(**{**group.defaults(), **required})
 
 
 def test_no_module_of_the_package_gathers_options_from_locals():
@@ -309,6 +344,20 @@ def test_a_positional_argument_after_the_model_warns_as_in_avalanches_naive(stra
                                        if w.category is PositionalArgumentsDeprecatedWarning]
                                       for record in (naive, ours))
     assert our_message == naive_message.replace("Naive", strategy.__name__)
+
+
+@pytest.mark.parametrize("strategy, config_class", BASELINES)
+def test_a_baseline_takes_its_model_first_and_a_second_positional_argument_as_its_config(strategy, config_class):
+    vit, required = tiny_vit(), REQUIRED.get(config_class, {})
+    evaluator = quiet_evaluator()  # Avalanche warns: no loggers
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert strategy(vit, train_mb_size=8, evaluator=evaluator, **required).config.train_mb_size == 8
+    # Avalanche's positional arguments follow the signature, where an option without a default is a keyword
+    # the call gives (JointLoRA's num_classes), beside the config too.
+    with pytest.warns(PositionalArgumentsDeprecatedWarning):
+        made = strategy(vit, config_class(train_mb_size=4, **required), evaluator=quiet_evaluator(), **required)
+    assert made.config == config_class(train_mb_size=4, **required)
 
 
 def test_a_users_subclass_takes_its_model_first_too():

@@ -11,15 +11,19 @@ prompt experts, as Avalanche strategies and plugins a script builds as it builds
   the paper's "FT + class masking".
 
 ``training_free.py`` holds what NCM and RanPAC share (the template whose epochs do nothing while a plugin
-fits the classifier, and the features they fit with), and ``options.py`` the options every baseline takes
-(:class:`~avalanche_color.baselines.options.BaselineOptions`), checked in one place.
+fits the classifier, and the features they fit with), and ``options.py`` the baselines' options, each declared
+once: :class:`~avalanche_color.baselines.options.BaselineOptions`, which every baseline takes, and
+:class:`~avalanche_color.baselines.options.RanPACOptions` and
+:class:`~avalanche_color.baselines.options.JointLoRAOptions` over it; each baseline's ``__init__`` shows its
+options from them.
 """
 
 from avalanche_color.baselines.class_masking import CurrentClassesMasking
 from avalanche_color.baselines.joint_lora import JointLoRA, SingleLoRAExpert
 from avalanche_color.baselines.ncm import NCM, NCMModel, SeenClassesNCM
+from avalanche_color.baselines.options import BaselineOptions, JointLoRAOptions, RanPACOptions
 from avalanche_color.baselines.ranpac import RanPAC, RanPACModel
 from avalanche_color.baselines.training_free import experience_features
 
-__all__ = ["NCM", "CurrentClassesMasking", "JointLoRA", "NCMModel", "RanPAC", "RanPACModel", "SeenClassesNCM",
-           "SingleLoRAExpert", "experience_features"]
+__all__ = ["NCM", "BaselineOptions", "CurrentClassesMasking", "JointLoRA", "JointLoRAOptions", "NCMModel", "RanPAC",
+           "RanPACModel", "RanPACOptions", "SeenClassesNCM", "SingleLoRAExpert", "experience_features"]

@@ -1,7 +1,8 @@
 """Joint-LoRA: one CoLoR expert trained on the whole stream at once, as CoLoR trains an expert (the
 upper bound of a LoRA expert that sees every class together)."""
 
-# No `from __future__ import annotations`: help() and inspect.signature show the evaluated types.
+from __future__ import annotations
+
 import copy
 from collections.abc import Sequence
 from typing import Any, Callable, Optional, Union
@@ -13,13 +14,13 @@ from avalanche.training.plugins import EvaluationPlugin
 from avalanche.training.plugins.evaluation import default_evaluator
 from torch import Tensor, nn
 
-from avalanche_color.baselines.options import BaselineOptions
+from avalanche_color.baselines.options import JointLoRAOptions, plugin_list, split_keywords
 from avalanche_color.color.model import ExpertViT
 from avalanche_color.experts.routed_vit import check_vision_transformer
 from avalanche_color.training.data_checks import check_training_experience
 from avalanche_color.training.loaders import loader_options
-from avalanche_color.training.strategy import StrategyBase
-from avalanche_color.utils.checks import non_negative, positive, positive_int, require
+from avalanche_color.training.strategy import STRATEGY_KEYWORDS, StrategyBase
+from avalanche_color.utils.checks import require
 from avalanche_color.utils.experiences import experience_classes
 
 
@@ -54,78 +55,48 @@ class JointLoRA(StrategyBase, JointTraining):
     parameters only, with momentum and weight decay, the learning rate annealed to zero by a cosine
     over all steps. ``train`` is called once, with the whole stream (Avalanche's ``JointTraining``).
     An upper bound for CoLoR: one expert that sees every class together, with nothing to route.
-
-    The defaults are CoLoR's (:class:`~avalanche_color.CoLoRConfig`: the CoLoR paper's rank 64,
-    lr 1e-3, momentum 0.9, weight decay 2e-4, batch 128, 50 epochs).
+    The options' defaults are CoLoR's (:class:`~avalanche_color.baselines.options.JointLoRAOptions`).
     """
 
+    config_class = JointLoRAOptions
+    config: JointLoRAOptions
     model: SingleLoRAExpert
 
-    def __init__(
-        self,
-        model: nn.Module,
-        *,
-        num_classes: int,
-        rank: int = 64,
-        lr: float = 1e-3,
-        momentum: float = 0.9,
-        weight_decay: float = 2e-4,
-        check_data: bool = True,
-        train_mb_size: int = 128,
-        train_epochs: int = 50,
-        eval_mb_size: int = 128,
-        device: Union[str, torch.device] = "cpu",
-        plugins: Optional[Sequence[BasePlugin]] = None,
-        evaluator: Union[EvaluationPlugin, Callable[[], EvaluationPlugin]] = default_evaluator,
-        **kwargs: Any,
-    ) -> None:
-        """
-        Args:
-            model: a timm ``VisionTransformer``; a copy is adapted (the model given is not changed).
-            num_classes: the head's classes, ids ``0 .. num_classes - 1`` (every class of the stream:
-                the head exists before the one training on all of them).
-            rank: LoRA rank r.
-            lr: SGD's learning rate at the first step (cosine-annealed to zero).
-            momentum: SGD's momentum.
-            weight_decay: SGD's weight decay.
-            check_data: scan every training experience for bad samples (non-finite pixels, labels that
-                are not class ids, images the ViT cannot take) before training
-                (:class:`~avalanche_color.DataChecksPlugin` checks the loss either way).
-            train_mb_size: training mini-batch size.
-            train_epochs: epochs over the whole stream.
-            eval_mb_size: evaluation mini-batch size.
-            device: where the model trains and evaluates.
-            plugins: Avalanche plugins, run after the data checks (the list is copied, never changed).
-            evaluator: Avalanche's ``EvaluationPlugin`` (or a factory of one).
-            **kwargs: other keywords of Avalanche's ``JointTraining`` (``eval_every``, ...).
-        """
+    @classmethod
+    def argument_docs(cls) -> dict[str, str]:
+        return {
+            "model": "a timm ``VisionTransformer``; a copy is adapted (the model given is not changed).",
+            "device": STRATEGY_KEYWORDS["device"],
+            "plugins": "Avalanche plugins, run after the data checks (the list is copied, never changed).",
+            "evaluator": STRATEGY_KEYWORDS["evaluator"],
+            "**kwargs": "other keywords of Avalanche's ``JointTraining`` (``eval_every``, ...).",
+        }
+
+    def __init__(self, model: nn.Module, *, config: Optional[JointLoRAOptions] = None,
+                 device: Union[str, torch.device] = "cpu", plugins: Optional[Sequence[BasePlugin]] = None,
+                 evaluator: Union[EvaluationPlugin, Callable[[], EvaluationPlugin]] = default_evaluator,
+                 **options: Any) -> None:
+        config, template_options = split_keywords(JointLoRAOptions, config, options)
+        require("plugins", plugins, plugin_list)
         check_vision_transformer(model)
-        require("num_classes", num_classes, positive_int)
-        require("rank", rank, positive_int)
-        require("lr", lr, positive)
-        require("momentum", momentum, non_negative)
-        require("weight_decay", weight_decay, non_negative)
-        options = BaselineOptions(check_data=check_data, train_mb_size=train_mb_size, eval_mb_size=eval_mb_size,
-                                  plugins=plugins)
-        expert = SingleLoRAExpert(copy.deepcopy(model), rank, range(num_classes))
-        optimizer = torch.optim.SGD([p for p in expert.parameters() if p.requires_grad], lr=lr, momentum=momentum,
-                                    weight_decay=weight_decay)
-        self.check_data = options.check_data
-        self.num_classes = num_classes
+        expert = SingleLoRAExpert(copy.deepcopy(model), config.rank, range(config.num_classes))
+        optimizer = torch.optim.SGD([p for p in expert.parameters() if p.requires_grad], lr=config.lr,
+                                    momentum=config.momentum, weight_decay=config.weight_decay)
+        self.config = config
         # The data scan is done here, over every experience (the plugin would see the first alone).
         super().__init__(model=expert, optimizer=optimizer, criterion=nn.CrossEntropyLoss(),
-                         train_mb_size=options.train_mb_size, train_epochs=train_epochs,
-                         eval_mb_size=options.eval_mb_size, device=device, plugins=options.plugins,
-                         scan_experiences=False, evaluator=evaluator, **kwargs)
+                         train_mb_size=config.train_mb_size, train_epochs=config.train_epochs,
+                         eval_mb_size=config.eval_mb_size, device=device, plugins=plugins, scan_experiences=False,
+                         evaluator=evaluator, **template_options)
 
     def train_dataset_adaptation(self, **kwargs: Any) -> None:
         for experience in self._experiences:  # the head is fixed: labels it cannot hold fail mid-training
             largest = max(experience_classes(experience), default=-1)
-            if largest >= self.num_classes:
-                raise ValueError(f"num_classes={self.num_classes} cannot hold the labels of experience "
+            if largest >= self.config.num_classes:
+                raise ValueError(f"num_classes={self.config.num_classes} cannot hold the labels of experience "
                                  f"{experience.current_experience}: its class ids go up to {largest}, so num_classes "
                                  f"must be at least {largest + 1}")
-        if self.check_data:
+        if self.config.check_data:
             for experience in self._experiences:
                 check_training_experience(experience, self.model.backbone, self.eval_mb_size or self.train_mb_size,
                                           loader_options(kwargs).num_workers)

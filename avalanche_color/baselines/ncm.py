@@ -2,15 +2,12 @@
 Generalizability and Adaptivity are All You Need", IJCV 2024) on a frozen timm ViT: each class is the
 mean of its samples' L2-normalised pooled features, a sample goes to the nearest mean. Nothing trains."""
 
-# No `from __future__ import annotations`: help() and inspect.signature show the evaluated types.
-from collections.abc import Sequence
-from typing import Any, Callable, Optional, Union
+from __future__ import annotations
 
-import torch
+from typing import Any
+
 from avalanche.core import BasePlugin, SupervisedPlugin
 from avalanche.models import NCMClassifier
-from avalanche.training.plugins import EvaluationPlugin
-from avalanche.training.plugins.evaluation import default_evaluator
 from avalanche.training.templates import SupervisedTemplate
 from torch import Tensor, nn
 
@@ -51,7 +48,7 @@ class NCMModel(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         return self.classifier(self.features(x))
 
-    def train(self, mode: bool = True) -> "NCMModel":
+    def train(self, mode: bool = True) -> NCMModel:
         super().train(mode)
         self.backbone.eval()
         return self
@@ -95,36 +92,11 @@ class NCM(TrainingFreeTemplate):
     no class count is given.
     """
 
+    config_class = BaselineOptions
     model: NCMModel
 
-    def __init__(
-        self,
-        model: nn.Module,
-        *,
-        check_data: bool = True,
-        train_mb_size: int = 128,
-        eval_mb_size: int = 128,
-        device: Union[str, torch.device] = "cpu",
-        plugins: Optional[Sequence[BasePlugin]] = None,
-        evaluator: Union[EvaluationPlugin, Callable[[], EvaluationPlugin]] = default_evaluator,
-        **kwargs: Any,
-    ) -> None:
-        """
-        Args:
-            model: a timm ``VisionTransformer``; a frozen copy is used (the model given is not
-                changed), its pooled features before any classifier head.
-            check_data: scan each training experience for bad samples (non-finite pixels, labels that
-                are not class ids, images the ViT cannot take) before fitting on it
-                (:class:`~avalanche_color.DataChecksPlugin`).
-            train_mb_size: the batch in which the training data's features are computed.
-            eval_mb_size: evaluation mini-batch size.
-            device: where the features are computed and the model evaluates.
-            plugins: Avalanche plugins, run after the data checks and the class means' update (the list is copied).
-            evaluator: Avalanche's ``EvaluationPlugin`` (or a factory of one).
-            **kwargs: other keywords of Avalanche's ``SupervisedTemplate`` (``train_epochs``, which
-                change nothing here, ``eval_every``, ...).
-        """
-        options = BaselineOptions(check_data=check_data, train_mb_size=train_mb_size, eval_mb_size=eval_mb_size,
-                                  plugins=plugins)
-        super().__init__(NCMModel(frozen_copy(model)), fit=ClassMeanUpdate(), options=options, device=device,
-                         evaluator=evaluator, **kwargs)
+    def build_model(self, vit: nn.Module) -> NCMModel:
+        return NCMModel(vit)
+
+    def own_plugins(self) -> list[BasePlugin]:
+        return [ClassMeanUpdate()]

@@ -1,35 +1,79 @@
-"""The options every baseline takes (NCM, RanPAC, Joint-LoRA), declared once with their defaults and
-checks, as the methods' options are in their configs (:mod:`avalanche_color.config`).
+"""The baselines' options, each declared once with its default, check and doc, as the methods' are in their
+configs (:mod:`avalanche_color.config`): :class:`BaselineOptions`, what every baseline takes, and the group
+of each baseline that has options of its own (:class:`RanPACOptions`, :class:`JointLoRAOptions`; NCM has
+none).
 
-Each baseline still lists these options in its own ``__init__``, with the same defaults (a test checks
-that they agree), so that ``help()`` and an editor show them; it builds :class:`BaselineOptions` from
-them, which refuses a bad value naming the option, the value and what is allowed.
+Each baseline's ``__init__`` shows its group's options, with their types, defaults and docs, made from these
+declarations (:func:`~avalanche_color.training.strategy.documented_init`), and builds its config from the
+keywords given (:func:`split_keywords`), which refuses a bad value naming the option, the value and what is
+allowed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Optional
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
 
-from avalanche.core import BasePlugin
-
-from avalanche_color.utils.checks import Options, boolean, option, option_group, positive_int
-
-
-def plugin_list(value: object) -> Optional[str]:
-    # A lone plugin given without a list would otherwise fail later, far from the call.
-    return None if value is None or isinstance(value, Sequence) else "must be a sequence of Avalanche plugins or None"
+from avalanche_color.utils.checks import (Config, Options, boolean, integer, non_negative, option, option_group,
+                                          positive, positive_int)
 
 
 @option_group
 class BaselineOptions(Options):
-    """What every baseline strategy takes besides its model and its own options."""
+    """What every baseline strategy takes besides its model: the data checks and Avalanche's mini-batch sizes.
+    NCM's options, all of them."""
 
     check_data: bool = option(
         True, boolean,
         doc="scan each training experience for bad samples (non-finite pixels, labels that are not class ids, "
-            "images the ViT cannot take) before the model changes for it.")
-    train_mb_size: int = option(128, positive_int, doc="training mini-batch size, as in Avalanche.")
+            "images the ViT cannot take) before the model changes for it "
+            "(:class:`~avalanche_color.DataChecksPlugin`).")
+    train_mb_size: int = option(
+        128, positive_int,
+        doc="training mini-batch size, as in Avalanche (NCM and RanPAC: the batches in which the training data's "
+            "features are computed).")
     eval_mb_size: int = option(128, positive_int, doc="evaluation mini-batch size, as in Avalanche.")
-    plugins: Optional[Sequence[BasePlugin]] = option(
-        None, plugin_list, doc="the user's Avalanche plugins (a list or tuple, copied by the strategy), or None.")
+
+
+@option_group
+class RanPACOptions(BaselineOptions):
+    """RanPAC's options (:class:`~avalanche_color.RanPAC`)."""
+
+    width: int = option(
+        2048, positive_int,
+        doc="M, the random ReLU features. RanPAC uses 10,000 for ViT-B/16's 768-wide features; the default keeps "
+            "the M x M solve cheap on a CPU, and is the width of CoLoR's ridge router.")
+    seed: int = option(0, integer, doc="seed of the random projection.")
+
+
+@option_group
+class JointLoRAOptions(BaselineOptions):
+    """Joint-LoRA's options (:class:`~avalanche_color.JointLoRA`). ``num_classes`` has no default: a user gives
+    it; the others' defaults are CoLoR's (:class:`~avalanche_color.CoLoRConfig`, the CoLoR paper's)."""
+
+    num_classes: int = option(
+        dataclasses.MISSING, positive_int,
+        doc="the head's classes, ids ``0 .. num_classes - 1`` (every class of the stream: the head exists before "
+            "the one training on all of them).")
+    rank: int = option(64, positive_int, doc="LoRA rank r on the query and value projections of every block.")
+    lr: float = option(1e-3, positive, doc="SGD's learning rate at the first step (cosine-annealed to zero).")
+    momentum: float = option(0.9, non_negative, doc="SGD's momentum.")
+    weight_decay: float = option(2e-4, non_negative, doc="SGD's weight decay.")
+    train_epochs: int = option(50, positive_int, doc="epochs over the whole stream.")
+
+
+def plugin_list(value: object) -> Optional[str]:
+    """The check of a baseline's ``plugins``: a lone plugin given without a list would otherwise fail later,
+    far from the call."""
+    return None if value is None or isinstance(value, Sequence) else "must be a sequence of Avalanche plugins or None"
+
+
+def split_keywords(config_class: type[Config], config: Optional[Options],
+                   keywords: Mapping[str, Any]) -> tuple[Config, dict[str, Any]]:
+    """A baseline's config, built from ``config`` and those of ``keywords`` that name its options (each replacing
+    its field of ``config``), and the other keywords, Avalanche's, to pass on to its template."""
+    names = config_class.names()
+    options = {name: value for name, value in keywords.items() if name in names}
+    others = {name: value for name, value in keywords.items() if name not in names}
+    return config_class.build(config, **options), others

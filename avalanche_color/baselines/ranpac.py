@@ -2,35 +2,28 @@
 Learning", NeurIPS 2023) on a frozen timm ViT: nothing trains.
 
 The backbone's pooled features (not normalised, as RanPAC uses them) go through a fixed
-random projection with ReLU, M = 2,048 wide (RanPAC uses 10,000 for ViT-B/16's 768-wide
-features; 2,048 keeps the M³ solve cheap on a CPU, and is what CoLoR's ridge router uses);
+random projection with ReLU, M wide (``width``; RanPAC uses 10,000 for ViT-B/16, the default
+here is smaller: :class:`~avalanche_color.baselines.options.RanPACOptions` says why);
 a ridge readout onto the classes is solved in closed form from the accumulated Gram
 matrix after each experience, λ chosen on a held-out 20% of that experience
 (:class:`~avalanche_color.RandomFeatureRidge`). RanPAC's first-session
 adaptation of the backbone is left out: like NCM, nothing trains.
 """
 
-# No `from __future__ import annotations`: help() and inspect.signature show the evaluated types.
-from collections.abc import Sequence
-from typing import Any, Callable, Optional, Union
+from __future__ import annotations
+
+from typing import Any
 
 import torch
 from avalanche.core import BasePlugin, SupervisedPlugin
 from avalanche.models import DynamicModule
-from avalanche.training.plugins import EvaluationPlugin
-from avalanche.training.plugins.evaluation import default_evaluator
 from avalanche.training.templates import SupervisedTemplate
 from torch import Tensor, nn
 
-from avalanche_color.baselines.options import BaselineOptions
-from avalanche_color.baselines.training_free import (TrainingFreeTemplate, experience_features, frozen_copy,
-                                                     pooled_features)
+from avalanche_color.baselines.options import RanPACOptions
+from avalanche_color.baselines.training_free import TrainingFreeTemplate, experience_features, pooled_features
 from avalanche_color.routing.classifiers import RandomFeatureRidge
-from avalanche_color.utils.checks import integer, positive_int, require
 from avalanche_color.utils.experiences import experience_classes
-
-WIDTH = 2048
-SEED = 0
 
 
 class RanPACModel(DynamicModule):
@@ -42,11 +35,10 @@ class RanPACModel(DynamicModule):
 
     Args:
         vit: a timm ``VisionTransformer``, used as it is (frozen and kept in eval mode).
-        width: M, the random features (RanPAC: 10,000 for ViT-B/16).
-        seed: seed of the random projection.
+        width, seed: the random features M and the projection's seed, as :class:`RanPACOptions` declares them.
     """
 
-    def __init__(self, vit: nn.Module, width: int = WIDTH, seed: int = SEED) -> None:
+    def __init__(self, vit: nn.Module, width: int, seed: int) -> None:
         super().__init__()
         self.backbone = vit.requires_grad_(False).eval()
         self.num_classes = 0  # the classes the scores cover, grown by adaptation (and by the fits)
@@ -70,7 +62,7 @@ class RanPACModel(DynamicModule):
         if classes:
             self.num_classes = max(self.num_classes, max(classes) + 1)
 
-    def train(self, mode: bool = True) -> "RanPACModel":
+    def train(self, mode: bool = True) -> RanPACModel:
         super().train(mode)
         self.backbone.eval()
         return self
@@ -96,47 +88,14 @@ class RanPAC(TrainingFreeTemplate):
     the order of the data. A class with no training sample yet scores ``-inf``; the scores grow
     with the class ids seen, so no class count is given. RanPAC's first-session adaptation of
     the backbone is left out.
-
-    The default ``width`` is 2,048, not RanPAC's 10,000 (for ViT-B/16's 768-wide features): the
-    M x M solve then stays cheap on a CPU, and 2,048 is what CoLoR's ridge router uses.
     """
 
+    config_class = RanPACOptions
+    config: RanPACOptions
     model: RanPACModel
 
-    def __init__(
-        self,
-        model: nn.Module,
-        *,
-        width: int = WIDTH,
-        seed: int = SEED,
-        check_data: bool = True,
-        train_mb_size: int = 128,
-        eval_mb_size: int = 128,
-        device: Union[str, torch.device] = "cpu",
-        plugins: Optional[Sequence[BasePlugin]] = None,
-        evaluator: Union[EvaluationPlugin, Callable[[], EvaluationPlugin]] = default_evaluator,
-        **kwargs: Any,
-    ) -> None:
-        """
-        Args:
-            model: a timm ``VisionTransformer``; a frozen copy is used (the model given is not
-                changed), its pooled features before any classifier head.
-            width: M, the random ReLU features (RanPAC: 10,000 for ViT-B/16; 2,048 here, see above).
-            seed: seed of the random projection.
-            check_data: scan each training experience for bad samples (non-finite pixels, labels that
-                are not class ids, images the ViT cannot take) before fitting on it
-                (:class:`~avalanche_color.DataChecksPlugin`).
-            train_mb_size: the batch in which the training data's features are computed.
-            eval_mb_size: evaluation mini-batch size.
-            device: where the features are computed and the model evaluates.
-            plugins: Avalanche plugins, run after the data checks and the ridge fit (the list is copied).
-            evaluator: Avalanche's ``EvaluationPlugin`` (or a factory of one).
-            **kwargs: other keywords of Avalanche's ``SupervisedTemplate`` (``train_epochs``, which
-                change nothing here, ``eval_every``, ...).
-        """
-        require("width", width, positive_int)
-        require("seed", seed, integer)
-        options = BaselineOptions(check_data=check_data, train_mb_size=train_mb_size, eval_mb_size=eval_mb_size,
-                                  plugins=plugins)
-        super().__init__(RanPACModel(frozen_copy(model), width, seed), fit=RidgeUpdate(), options=options,
-                         device=device, evaluator=evaluator, **kwargs)
+    def build_model(self, vit: nn.Module) -> RanPACModel:
+        return RanPACModel(vit, self.config.width, self.config.seed)
+
+    def own_plugins(self) -> list[BasePlugin]:
+        return [RidgeUpdate()]

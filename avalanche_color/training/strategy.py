@@ -6,13 +6,14 @@
   plugins, the loader options in every loader, the training and evaluation loops under the chosen
   numeric precision (:class:`MixedPrecision`, held as ``self.precision``), the learning-rate schedule of
   the experience (``self.lr_scheduler``, made by the ``restart_*`` methods) stepped after every optimiser
-  step, and an unpadded evaluation shard per rank under torchrun.
+  step, and an unpadded evaluation shard per rank under torchrun. A strategy that names its options
+  (``config_class``: a method's config, a baseline's options) gets an ``__init__`` that shows them, the
+  signature and Args its declarations make (:func:`documented_init`).
 * :class:`ConfiguredStrategy`: every method (CoLoR, S-Prompts, L2P, SD-LoRA, InfLoRA, LoRA-Sub, CL-LoRA)
   is one, and writes no ``__init__``: the base's takes the model, ``config`` and the method's options as
   keywords and builds the config from those given (``config_class.build(config, **options)``), after
   :meth:`ConfiguredStrategy.checked_options` (plugins that cannot act on the method refused, ``optimizer=``
-  refused, unknown keywords refused by name, a ready model's own settings taken); each method's
-  ``__init__`` shows the signature and Args its config declares (:func:`documented_init`). The base then
+  refused, unknown keywords refused by name, a ready model's own settings taken). The base then
   builds the model from a copy of the ViT (or keeps the ready model) and runs the per-experience loop: the
   model adapts, then the method prepares what is new, then a fresh optimiser over what trains now; under
   torchrun the training steps run through DDP over it. A method says what is its own: its config, model
@@ -25,13 +26,14 @@
 In the file's order: the model-first ``__init__`` (:func:`model_first`) that each class statement applies,
 :class:`StrategyBase`, :class:`ConfiguredStrategy`, the plugins a strategy refuses and why
 (:func:`incompatible_plugin_reasons`), :class:`RoutedExpertsTemplate`, then the parts the classes hold or
-call: the numeric precision (:class:`MixedPrecision`), each method's ``__init__`` made from its config
+call: the numeric precision (:class:`MixedPrecision`), each strategy's ``__init__`` made from its options
 (:func:`documented_init`) and the checks of a strategy's keywords before its config is built.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import inspect
 import math
@@ -113,6 +115,9 @@ class StrategyBase(SupervisedTemplate):
         template_options: the keywords of Avalanche's template (``model``, ``optimizer``, ...).
     """
 
+    # The strategy's options, each declared once (a method's config, a baseline's options): for a class that
+    # sets it, its __init__ takes them as keywords and shows them in its signature and Args (documented_init).
+    config_class: ClassVar[type[Options]]
     # Avalanche plugins this strategy refuses, by class name, with the reason (incompatible_plugin_reasons).
     incompatible_plugins: ClassVar[dict[str, str]] = {}
     # The options of every loader of train and eval, unless the call gives them (train, eval).
@@ -129,6 +134,16 @@ class StrategyBase(SupervisedTemplate):
             cls.__init__ = init  # type: ignore[method-assign]  # a parent's, already wrapped
         elif _declares_model_first(init):
             cls.__init__ = model_first(init)  # type: ignore[method-assign]
+        if "config_class" in vars(cls):
+            cls.__init__ = model_first(documented_init(cls))  # type: ignore[method-assign]
+
+    @classmethod
+    def argument_docs(cls) -> dict[str, str]:
+        """What the Args of the ``__init__`` that :func:`documented_init` makes for a strategy with a
+        :attr:`config_class` say of the arguments that are not options: ``model``, the keywords its written
+        ``__init__`` takes beside ``config`` and the options (``device``, ...; in the order given here, which
+        the signature follows) and ``**kwargs``."""
+        raise NotImplementedError(f"{cls.__name__} sets config_class, so it says what its other arguments are")
 
     def __init__(self, *, plugins: Optional[Sequence[BasePlugin]], scan_experiences: bool,
                  own_plugins: Sequence[BasePlugin] = (), plugins_checked: bool = False,
@@ -287,14 +302,13 @@ class ConfiguredStrategy(StrategyBase):
     :meth:`make_optimizer`; it writes no ``__init__``. This class's ``__init__`` takes the model, ``config``
     and the method's options as keywords, builds the config (``config_class.build(config, **options)``)
     and the model, and passes Avalanche's keywords on to its template. For each class that sets
-    :attr:`config_class`, :meth:`__init_subclass__` gives that ``__init__`` the signature and Args its config
+    :attr:`config_class`, :class:`StrategyBase` gives that ``__init__`` the signature and Args its config
     declares (:func:`documented_init`): ``inspect.signature``, ``help()`` and the docs list every option with
     its type, default and doc, written once in the config.
     """
 
     # Every method's config holds the budget and precision (TrainingOptions) and the loader options.
     config: Any
-    config_class: ClassVar[type[Options]]
     # Its instances count their experts in num_experts (0 for one that adds none, as L2P's).
     model_class: ClassVar[type[nn.Module]]
     # The options the model takes: a group of config_class (e.g. LoRAOptions for CoLoR's ExpertViT).
@@ -307,11 +321,6 @@ class ConfiguredStrategy(StrategyBase):
     trains_distributed: ClassVar[bool] = True
     # Under torchrun: the model in DDP over what trains, for training steps (set per experience).
     ddp_model: Optional[nn.Module] = None
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)  # StrategyBase: the model first
-        if "config_class" in vars(cls):
-            cls.__init__ = model_first(documented_init(cls))  # type: ignore[method-assign]
 
     def __init__(
         self,
@@ -377,6 +386,16 @@ class ConfiguredStrategy(StrategyBase):
         return {**options, **ready_model_options(cls, model, config, options)}, template_options
 
     # ------------------------------------------------------------------ what a method says
+
+    @classmethod
+    def argument_docs(cls) -> dict[str, str]:
+        model_class = cls.model_class
+        model = (f"a timm ``VisionTransformer``, of which the strategy builds its "
+                 f":class:`~{model_class.__module__}.{model_class.__qualname__}` on a copy (the ViT given stays as "
+                 f"it was); or an instance of it (a strategy's ``model``) to continue from: its own settings "
+                 f"({', '.join(cls.model_settings())}) then apply, and one given another value is refused.")
+        return {"model": model, **STRATEGY_KEYWORDS,
+                "**kwargs": "other keywords of Avalanche's ``SupervisedTemplate`` (``peval_mode``, ...)."}
 
     @classmethod
     def model_settings(cls) -> tuple[str, ...]:
@@ -630,7 +649,7 @@ def narrow_parameters(parameters: Any) -> dict[torch.dtype, int]:
     return counts
 
 
-# ---------------------------------------------------------------------- a method's __init__, made from its config
+# ---------------------------------------------------------------------- a strategy's __init__, made from its options
 
 # The keywords every method takes beside its model and options, as the Args of its __init__ describe them.
 STRATEGY_KEYWORDS = {
@@ -643,25 +662,29 @@ STRATEGY_KEYWORDS = {
 }
 
 
-def documented_init(strategy: type[ConfiguredStrategy]) -> Callable[..., None]:
-    """``strategy``'s ``__init__``: the one it inherits, with the signature and docstring its config declares.
+def documented_init(strategy: type[StrategyBase]) -> Callable[..., None]:
+    """``strategy``'s ``__init__``: the one it has, with the signature and docstring its
+    :attr:`~StrategyBase.config_class` declares.
 
     What ``inspect.signature``, ``help()``, Jupyter and the API docs show: ``model``, then, keywords only,
-    ``config``, every option of :attr:`~ConfiguredStrategy.config_class` with its type and default (in the
-    order of :meth:`~avalanche_color.utils.checks.Options.option_fields`), Avalanche's keywords and
-    ``**kwargs``; the Args give each option's doc. A static type checker sees the inherited ``**options``;
-    ``config_class(...)`` is the statically typed way to give options.
+    ``config``, every option with its type and default (in the order of
+    :meth:`~avalanche_color.utils.checks.Options.option_fields`; one declared without a default must be given),
+    the keywords of :meth:`~StrategyBase.argument_docs` as the written ``__init__`` declares them, and
+    ``**kwargs``; the Args give each option's doc and :meth:`~StrategyBase.argument_docs`' words for the
+    others. A static type checker sees the written ``**options``; ``config_class(...)`` is the statically
+    typed way to give options.
     """
     inherited = strategy.__init__
-    base = inspect.signature(inspect.unwrap(ConfiguredStrategy.__init__), eval_str=True).parameters
+    written = _init_taking_config(strategy)
     config_class = strategy.config_class
     hints = typing.get_type_hints(config_class)
     keyword = inspect.Parameter.KEYWORD_ONLY
+    keywords = [name for name in strategy.argument_docs() if name not in ("model", "**kwargs")]
     parameters = [
-        base["self"], base["model"], base["config"].replace(annotation=Optional[config_class]),
-        *(inspect.Parameter(spec.name, keyword, default=spec.default, annotation=hints[spec.name])
+        written["self"], written["model"], written["config"].replace(annotation=Optional[config_class]),
+        *(inspect.Parameter(spec.name, keyword, default=_shown_default(spec.default), annotation=hints[spec.name])
           for spec in config_class.option_fields()),
-        *(base[name] for name in STRATEGY_KEYWORDS),
+        *(written[name] for name in keywords),
         inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD, annotation=Any),
     ]
 
@@ -675,18 +698,29 @@ def documented_init(strategy: type[ConfiguredStrategy]) -> Callable[..., None]:
     return __init__
 
 
-def _init_docstring(strategy: type[ConfiguredStrategy]) -> str:
-    config_class, model_class = strategy.config_class, strategy.model_class
-    model = (f"a timm ``VisionTransformer``, of which the strategy builds its "
-             f":class:`~{model_class.__module__}.{model_class.__qualname__}` on a copy (the ViT given stays as it "
-             f"was); or an instance of it (a strategy's ``model``) to continue from: its own settings "
-             f"({', '.join(strategy.model_settings())}) then apply, and one given another value is refused.")
+def _init_taking_config(strategy: type[StrategyBase]) -> Mapping[str, inspect.Parameter]:
+    # The parameters of the first __init__ in the class's lineage that declares config and the keywords beside
+    # it (ConfiguredStrategy's, a baseline's own); a subclass's own __init__ may pass them on as **options.
+    for cls in strategy.__mro__:
+        if "__init__" in vars(cls):
+            parameters = inspect.signature(vars(cls)["__init__"], eval_str=True).parameters
+            if "config" in parameters:
+                return parameters
+    raise TypeError(f"{strategy.__name__} sets config_class, so an __init__ of its lineage must declare config")
+
+
+def _shown_default(default: Any) -> Any:
+    # An option declared without a default (dataclasses.MISSING) is a required keyword.
+    return inspect.Parameter.empty if default is dataclasses.MISSING else default
+
+
+def _init_docstring(strategy: type[StrategyBase]) -> str:
+    config_class, described = strategy.config_class, strategy.argument_docs()
     config = (f"all options as one :class:`~{config_class.__module__}.{config_class.__qualname__}`; an option "
               f"given beside it replaces its field.")
-    items = [docstring_item("model", model), docstring_item("config", config),
+    items = [docstring_item("model", described["model"]), docstring_item("config", config),
              *(docstring_item(spec.name, spec.metadata["doc"], spec.default) for spec in config_class.option_fields()),
-             *(docstring_item(name, doc) for name, doc in STRATEGY_KEYWORDS.items()),
-             docstring_item("**kwargs", "other keywords of Avalanche's ``SupervisedTemplate`` (``peval_mode``, ...).")]
+             *(docstring_item(name, doc) for name, doc in described.items() if name != "model")]
     return (f"{strategy.__name__} on ``model``, with the options of ``config`` and those given as keywords; the "
             f"others keep their defaults.\n\nArgs:\n" + "\n".join(items))
 
