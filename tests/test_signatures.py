@@ -230,12 +230,12 @@ def test_a_config_and_the_same_options_as_keywords_build_the_same_strategy(strat
                     evaluator=quiet_evaluator()).config.train_epochs == default
 
 
-@pytest.mark.parametrize("strategy, config_class", ALL_STRATEGIES)
+@pytest.mark.parametrize("strategy, config_class", DERIVED)
 def test_an_unknown_keyword_is_refused_naming_the_options(strategy, config_class):
     with pytest.raises(TypeError, match=rf"{strategy.__name__} got unexpected keyword arguments \['colour'\]; its "
                                         rf"options are {re.escape(', '.join(config_class.names()))} "
                                         rf"\(see {config_class.__name__}\)"):
-        strategy(tiny_vit(0), colour="blue", evaluator=quiet_evaluator())
+        strategy(tiny_vit(0), colour="blue", evaluator=quiet_evaluator(), **REQUIRED.get(config_class, {}))
 
 
 @pytest.mark.parametrize("strategy", list(MODEL_OPTIONS))

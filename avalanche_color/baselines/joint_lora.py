@@ -19,7 +19,7 @@ from avalanche_color.color.model import ExpertViT
 from avalanche_color.experts.routed_vit import check_vision_transformer
 from avalanche_color.training.data_checks import check_training_experience
 from avalanche_color.training.loaders import loader_options
-from avalanche_color.training.strategy import STRATEGY_KEYWORDS, StrategyBase
+from avalanche_color.training.strategy import STRATEGY_KEYWORDS, StrategyBase, refuse_unknown_keywords
 from avalanche_color.utils.checks import require
 from avalanche_color.utils.experiences import experience_classes
 
@@ -77,6 +77,7 @@ class JointLoRA(StrategyBase, JointTraining):
                  evaluator: Union[EvaluationPlugin, Callable[[], EvaluationPlugin]] = default_evaluator,
                  **options: Any) -> None:
         config, template_options = split_keywords(JointLoRAOptions, config, options)
+        refuse_unknown_keywords(type(self), JointLoRAOptions, template_options, JointTraining)
         require("plugins", plugins, plugin_list)
         check_vision_transformer(model)
         expert = SingleLoRAExpert(copy.deepcopy(model), config.rank, range(config.num_classes))

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from avalanche_color.baselines.options import BaselineOptions, plugin_list, split_keywords
 from avalanche_color.experts.routed_vit import check_vision_transformer
 from avalanche_color.training.loaders import data_loader, loader_options
-from avalanche_color.training.strategy import STRATEGY_KEYWORDS, StrategyBase
+from avalanche_color.training.strategy import STRATEGY_KEYWORDS, StrategyBase, refuse_unknown_keywords
 from avalanche_color.utils.checks import require
 
 
@@ -61,6 +61,7 @@ class TrainingFreeTemplate(StrategyBase):
                  evaluator: Union[EvaluationPlugin, Callable[[], EvaluationPlugin]] = default_evaluator,
                  **options: Any) -> None:
         config, template_options = split_keywords(self.config_class, config, options)
+        refuse_unknown_keywords(type(self), self.config_class, template_options)
         require("plugins", plugins, plugin_list)
         self.config = config
         built = self.build_model(frozen_copy(model))

@@ -382,7 +382,7 @@ class ConfiguredStrategy(StrategyBase):
         template_options = {name: value for name, value in keywords.items() if name not in names}
         cls.refuse_incompatible_plugins(plugins)  # StrategyBase then skips it
         refuse_optimizer(cls, options, template_options)
-        refuse_unknown_keywords(cls, template_options)
+        refuse_unknown_keywords(cls, cls.config_class, template_options)
         return {**options, **ready_model_options(cls, model, config, options)}, template_options
 
     # ------------------------------------------------------------------ what a method says
@@ -750,18 +750,20 @@ def refuse_optimizer(strategy: type[ConfiguredStrategy], options: Mapping[str, A
     )
 
 
-def refuse_unknown_keywords(strategy: type[ConfiguredStrategy], template_options: Mapping[str, Any]) -> None:
-    """A keyword that is neither an option of the method nor one of Avalanche's template is refused by name."""
+def refuse_unknown_keywords(strategy: type, config_class: type[Options], template_options: Mapping[str, Any],
+                            template: type = SupervisedTemplate) -> None:
+    """A keyword that is neither one of ``config_class``'s options nor one of Avalanche's ``template`` (the strategy's
+    Avalanche class: ``SupervisedTemplate``, ``JointTraining``) is refused by name, listing the options."""
     accepted: set[str] = set()
-    for cls in SupervisedTemplate.__mro__:  # Avalanche's keywords (peval_mode, ...)
+    for cls in template.__mro__:  # Avalanche's keywords (peval_mode, ...)
         parameters = inspect.signature(inspect.unwrap(cls.__init__)).parameters.values()
         accepted.update(p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
     unknown = sorted(set(template_options) - accepted)
     if unknown:
         raise TypeError(
             f"{strategy.__name__} got unexpected keyword arguments {unknown}; its options are "
-            f"{', '.join(strategy.config_class.names())} (see {strategy.config_class.__name__}), and Avalanche's "
-            f"SupervisedTemplate keywords"
+            f"{', '.join(config_class.names())} (see {config_class.__name__}), and Avalanche's "
+            f"{template.__name__} keywords"
         )
 
 
