@@ -11,11 +11,9 @@ import torch
 
 from avalanche_color import (CLLoRAConfig, CLLoRAViT, ExpertViT, InfLoRAConfig, InfLoRAViT, LoRASubtractionConfig,
                              LoRASubtractionViT, SDLoRAConfig, SDLoRAViT)
-from benchmarks.perf.learner import grown
-from benchmarks.perf.learners import CoLoRLearner, InfLoRALearner, SDLoRALearner
-from benchmarks.perf.learners_cvpr2025 import CLLoRALearner, LoRASubLearner
-from benchmarks.perf.memory_growth import measure_growth
-from benchmarks.perf.report import replace_section
+from benchmarks.perf.__main__ import replace_section
+from benchmarks.perf.learners import CLLoRALearner, CoLoRLearner, InfLoRALearner, LoRASubLearner, SDLoRALearner, grown
+from benchmarks.perf.memory import measure_growth
 from streams import tiny_vit
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -1,12 +1,52 @@
-"""``python -m benchmarks.perf``: speed and memory ratios measured side by side (the options and what each row
-means: :mod:`benchmarks.perf.cli`)."""
+"""Speed and memory of CoLoR's training and routed inference, as ratios measured side by side.
+
+    python -m benchmarks.perf                      # ViT-B/16 shape, CPU (CUDA when present)
+    python -m benchmarks.perf --device cuda --batch-size 64 --bf16 --out benchmarks/results/perf-cuda.md
+    python -m benchmarks.perf --only memory        # only the memory-growth section, replaced in --out
+    python -m benchmarks.perf --only kernels       # only the mixed-expert kernels section (benchmarks.perf.kernels)
+
+Everything runs in this one process on the same inputs. Timings are
+interleaved: after a warm-up round, each of ``--rounds`` rounds runs every
+timed call once, in an order rotated by one place per round, and every ratio is
+computed within a round from that round's timings. Figures are the median over
+rounds with the min and max. Weights are random (timings do not depend on them).
+Printed and written as a markdown table:
+
+* R1 = CoLoR training step / frozen-backbone forward (ideal about 2.0)
+* R2 = CoLoR training step / full fine-tuning step, and their training memory
+* R3 = routed inference throughput / plain ViT forward throughput (ideal 0.5)
+* R4 = routed inference time with 10 experts mixed in each batch / with 1 expert (ideal 1.0)
+* R5 = our expert pass / peft's mixed-adapter pass (``adapter_names``), 10 experts in a batch
+* R5 overhead = (our expert pass - plain forward) / (peft's mixed-adapter pass - plain forward),
+  for 1, 2, 10 and 50 experts in one batch (``--mixed-batch-size`` samples, 50 by default)
+* routing (nearest prototype) and k-means fit time as a share of a forward
+* the class-level routers (ridge, gaussian): routing and fitting time as a share of a forward
+* SD-LoRA, InfLoRA, LoRA-Sub and CL-LoRA (``--experts`` experiences learned, the last one training): their
+  training step / frozen-backbone forward, and their inference throughput / CoLoR's routed inference
+  throughput (one forward and no router against two passes; CL-LoRA's task-specific blocks run once per
+  experience). Each step is its strategy's: LoRA-Sub's projected Adam (the projection active, as from the
+  second experience on) on the cross-entropy plus the triplet loss, and its prediction by the nearest class
+  mean; CL-LoRA's SGD, its teacher's forward, two gradients and two SGD steps per batch. SD-LoRA's and
+  InfLoRA's step here: SGD with momentum
+* loader / step = images per second of a training data loader (JPEG photos decoded, RandomResizedCrop,
+  flip, normalise, with ``--loader-workers`` worker processes) / images per second of the CoLoR
+  training step: below 1 the accelerator waits for the data
+* training memory against experiences learned (``--memory-experiences``, 1, 10 and 50 by default), on
+  ``--memory-model`` (ViT-S/16 by default: 50 InfLoRA experiences take minutes on a CPU): for CoLoR, S-Prompts,
+  L2P, SD-LoRA, InfLoRA, LoRA-Sub and CL-LoRA, the learned state plus one training step of experience t, and
+  the state stored after it (:mod:`benchmarks.perf.memory`); a section of its own, which ``--only
+  memory`` measures alone and replaces in ``--out``
+"""
 
 from __future__ import annotations
 
+import argparse
 import copy
+import shlex
 import warnings
 from contextlib import nullcontext
 from functools import partial
+from pathlib import Path
 
 import timm
 import torch
@@ -15,19 +55,49 @@ from torch import nn
 
 from avalanche_color import InfLoRAConfig, InfLoRAViT, SDLoRAConfig, SDLoRAViT, fit_prototypes
 from avalanche_color.routing.routers import ClassRouter
-from benchmarks.perf.cli import parse_args
 from benchmarks.perf.kernels import kernel_section
-from benchmarks.perf.learner import grown
-from benchmarks.perf.learners_cvpr2025 import peer_learners
-from benchmarks.perf.memory import training_memory
-from benchmarks.perf.memory_section import memory_rows
-from benchmarks.perf.ratios import ratio_rows
-from benchmarks.perf.report import command_line, machine, plural, replace_section
-from benchmarks.perf.sizes import CLASSES, PHOTOS, ROUTER_WIDTH
+from benchmarks.perf.learners import grown, peer_learners
+from benchmarks.perf.memory import memory_rows, training_memory
 from benchmarks.perf.step import color_training_step
-from benchmarks.perf.timing import Variant, interleaved, seconds
-from benchmarks.perf.workloads import (JPEGDataset, build_color, build_lora_sum, fitted_class_routers, jpeg_photos,
-                                       load_epoch, paper_train_transform, peft_adapters, training_loader)
+from benchmarks.perf.timing import Spread, Variant, interleaved, machine, per_round, seconds
+from benchmarks.perf.workloads import (CLASS_ROUTERS, CLASSES, PHOTO_SIZE, PHOTOS, ROUTER_WIDTH, JPEGDataset,
+                                       build_color, build_lora_sum, fitted_class_routers, jpeg_photos, load_epoch,
+                                       paper_train_transform, peft_adapters, training_loader)
+
+RESULTS = Path(__file__).parents[1] / "results"
+
+
+def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="vit_base_patch16_224", help="timm model name (random weights)")
+    parser.add_argument("--batch-size", type=int, default=10, help="at least --experts: one sample per expert")
+    parser.add_argument("--rank", type=int, default=64)
+    parser.add_argument("--experts", type=int, default=10, help="experts mixed in a batch for R3, R4 and R5")
+    parser.add_argument("--mixed-experts", default="1,2,10,50",
+                        help="comma-separated numbers of experts in one batch for the R5 overhead rows ('' for none)")
+    parser.add_argument("--mixed-batch-size", type=int, default=None,
+                        help="batch of the R5 rows (default: the largest of --mixed-experts, at least --batch-size)")
+    parser.add_argument("--k", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds after one warm-up round")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--bf16", action="store_true", help="run the models under torch.autocast(bfloat16)")
+    parser.add_argument("--matmul-precision", choices=("highest", "high", "medium"), default="highest",
+                        help="torch.set_float32_matmul_precision: highest (float32), high (TF32 on Ampere and newer GPUs)")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
+    parser.add_argument("--loader-workers", default="0,2",
+                        help="comma-separated DataLoader worker counts for the loader rows ('' for none)")
+    parser.add_argument("--loader-batches", type=int, default=8,
+                        help="batches (of --batch-size) per timed loader epoch")
+    parser.add_argument("--memory-experiences", default="1,10,50",
+                        help="comma-separated numbers of experiences learned for the memory rows ('' for none)")
+    parser.add_argument("--memory-model", default="vit_small_patch16_224",
+                        help="timm model name of the memory rows (random weights)")
+    parser.add_argument("--only", choices=("memory", "kernels"), default=None,
+                        help="'memory': only the memory rows; 'kernels': only the two mixed-expert kernels side by "
+                             "side (R3, R4, expert-pass overhead, operators per forward); their section replaced in "
+                             "--out (the rest kept)")
+    parser.add_argument("--out", type=Path, default=RESULTS / "perf.md")
+    return parser, parser.parse_args()
 
 
 def main() -> None:
@@ -43,7 +113,7 @@ def main() -> None:
         parser.error(f"--memory-experiences must be counts >= 1 (at least one with --only memory), "
                      f"got {args.memory_experiences!r}")
     if args.only is not None:  # one section; the other rows' options play no part
-        text = (memory_rows(parser, args, memory_counts, device, precision) if args.only == "memory"
+        text = (memory_rows(args, command_line(parser, args), memory_counts, device, precision) if args.only == "memory"
                 else kernel_section(args, command_line(parser, args), device, precision))
         print(text)
         old = args.out.read_text() if args.out.exists() else ""
@@ -216,11 +286,111 @@ def main() -> None:
                   "(it cannot leave k out of a fused layer); our experts adapt q and v only, as the paper does. "
                   "One expert in a batch: ours folds it into the qkv weight, peft still runs its mixed-batch path."]
     if memory_counts:
-        lines += ["", memory_rows(parser, args, memory_counts, device, precision)]
+        lines += ["", memory_rows(args, command_line(parser, args), memory_counts, device, precision)]
     report = "\n".join(lines)
     print(report)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(report + "\n")
+
+
+def ratio_rows(rounds: list[dict[str, float]], args: argparse.Namespace, memory: dict[str, int], e: int, m: int,
+               mixed_counts: list[int], peft_note: str, loader_workers: list[int], photos: JPEGDataset,
+               size: tuple[int, ...]) -> list[tuple]:
+    """The rows (name, what, value, ideal, target), ``e`` experts mixed, batch ``m`` in the R5 rows."""
+    routed_mixed, expert_mixed = f"routed inference, {e} experts mixed", f"expert pass, {e} experts mixed"
+    ratio = partial(per_round, rounds)
+    rows = [
+        ("R1", "CoLoR training step / frozen-backbone forward",
+         ratio(lambda t: t["CoLoR training step"] / t["frozen-backbone forward"]), "about 2.0", "<= 2.3"),
+        ("R2", "CoLoR training step / full fine-tuning step",
+         ratio(lambda t: t["CoLoR training step"] / t["full fine-tuning step"]), "", ""),
+        ("R2 memory", "CoLoR / full fine-tuning training memory (one measurement)",
+         Spread([memory["CoLoR"] / memory["full fine-tuning"]]), "", "<= 0.6"),
+        ("R3", f"routed inference throughput / plain forward throughput, {e} experts mixed",
+         ratio(lambda t: t["plain forward"] / t[routed_mixed]), "0.5", ">= 0.45"),
+        ("R4", f"routed inference, {e} experts mixed / 1 expert (time)",
+         ratio(lambda t: t[routed_mixed] / t["routed inference, 1 expert"]), "1.0", "<= 1.15"),
+        ("R4 expert pass", f"expert pass, {e} experts mixed / 1 expert (time)",
+         ratio(lambda t: t[expert_mixed] / t["expert pass, 1 expert"]), "1.0", ""),
+    ]
+    # One forward and no router against CoLoR's two passes, LoRA-Sub's nearest mean included; CL-LoRA runs its
+    # shared blocks once and its task-specific ones (half the blocks) once per experience learned.
+    cl_lora_passes = (1 + e) / 2
+    inference_ideal = {"SD-LoRA": "about 2", "InfLoRA": "about 2", "LoRA-Sub": "about 2",
+                       "CL-LoRA": f"about {2 / cl_lora_passes:.2f}"}
+    for name, ideal in inference_ideal.items():
+        rows += [
+            (f"{name} step", f"{name} training step / frozen-backbone forward ({e} experiences learned)",
+             ratio(lambda t, name=name: t[f"{name} training step"] / t["frozen-backbone forward"]), "", ""),
+            (f"{name} inference", f"{name} inference throughput / CoLoR routed inference throughput, {e} experts mixed",
+             ratio(lambda t, name=name: t[routed_mixed] / t[f"{name} inference"]), ideal, ""),
+        ]
+    if mixed_counts and not peft_note:
+        ours = lambda n: f"expert pass, {n} {plural(n)} in batch {m}"  # noqa: E731
+        peft = lambda n: f"peft mixed-adapter pass, {n} {plural(n, 'adapter')} in batch {m}"  # noqa: E731
+        plain_m = f"plain forward, batch {m}"
+        if e in mixed_counts:
+            rows.append(("R5", f"our expert pass / peft mixed-adapter pass, {e} experts in batch {m} (time)",
+                         ratio(lambda t: t[ours(e)] / t[peft(e)]), "", ""))
+        for n in mixed_counts:
+            rows.append((f"R5 overhead, {n} {plural(n)}",
+                         f"(our expert pass - plain forward) / (peft's - plain forward), {n} in batch {m}",
+                         ratio(lambda t, n=n: (t[ours(n)] - t[plain_m]) / (t[peft(n)] - t[plain_m])), "", "<= 1.0"))
+    rows += [
+        ("routing", "nearest prototype / plain forward (time)",
+         ratio(lambda t: t["routing (nearest prototype)"] / t["plain forward"]), "", "< 0.01"),
+        ("k-means", "k-means fit on 1000 samples / forward of 1000 samples",
+         ratio(lambda t: t["k-means fit (1000 samples)"] / (t["plain forward"] * 1000 / args.batch_size)), "", "< 0.01"),
+    ]
+    for kind in CLASS_ROUTERS:
+        rows += [
+            (f"{kind} router", f"{kind} router ({args.experts} experts x {CLASSES} classes) / plain forward (time)",
+             ratio(lambda t, kind=kind: t[f"routing ({kind} router)"] / t["plain forward"]), "", "< 0.02"),
+            (f"{kind} router fit", f"{kind} router fit on 1000 samples / forward of 1000 samples",
+             ratio(lambda t, kind=kind: t[f"{kind} router fit (1000 samples)"] / (t["plain forward"] * 1000 / args.batch_size)),
+             "", "< 0.02"),
+        ]
+
+    step_rate = lambda t: args.batch_size / t["CoLoR training step"]  # noqa: E731
+    for workers in loader_workers:
+        loader_rate = lambda t, w=workers: len(photos) / t[f"loader epoch, {w} {plural(w, 'worker')}"]  # noqa: E731
+        rows += [
+            (f"loader, {workers} {plural(workers, 'worker')}",
+             f"loader images/s: {PHOTOS} JPEG photos {PHOTO_SIZE[0]}x{PHOTO_SIZE[1]} decoded, RandomResizedCrop("
+             f"{size[0]}), flip, normalise, batch {args.batch_size}", ratio(loader_rate), "", ""),
+            (f"loader / step, {workers} {plural(workers, 'worker')}",
+             "loader images/s / CoLoR training step images/s", ratio(lambda t, r=loader_rate: r(t) / step_rate(t)),
+             "", ">= 1"),
+        ]
+    if loader_workers:
+        rows.append(("training step", f"CoLoR training step images/s, batch {args.batch_size}",
+                     ratio(step_rate), "", ""))
+    return rows
+
+
+def command_line(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """``python -m benchmarks.perf`` with every option that differs from its default."""
+    options = " ".join(f"--{k.replace('_', '-')}" + ("" if v is True else f" {shlex.quote(str(v))}")
+                       for k, v in vars(args).items() if k != "out" and v != parser.get_default(k))
+    return f"python -m benchmarks.perf {options}".strip()
+
+
+def replace_section(text: str, section: str) -> str:
+    """``text`` with the section whose heading is ``section``'s first line replaced by ``section`` (up to
+    the next heading of that level, or the end), or with ``section`` appended when it has none."""
+    heading = section.splitlines()[0]
+    level = heading.split(" ")[0] + " "
+    lines = text.splitlines()
+    if heading not in lines:
+        return text.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
+    start = lines.index(heading)
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith(level)), len(lines))
+    rest = lines[end:]
+    return "\n".join(lines[:start] + section.rstrip("\n").splitlines() + ([""] + rest if rest else [])) + "\n"
+
+
+def plural(count: int, word: str = "expert") -> str:
+    return word if count == 1 else word + "s"
 
 
 if __name__ == "__main__":

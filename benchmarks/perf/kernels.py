@@ -23,12 +23,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from avalanche_color.experts.routed_vit import predict
-from benchmarks.perf.report import machine
-from benchmarks.perf.timing import Variant, interleaved, per_round
-from benchmarks.perf.workloads import build_color
+from benchmarks.perf.timing import Variant, interleaved, machine, per_round
+from benchmarks.perf.workloads import CLASSES, build_color
 
 KERNELS = ("segments", "gathered")
-CLASSES = 10  # per expert
 # Operators that only make a new view or read metadata: no kernel on a GPU.
 _NO_KERNEL = {"view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "slice", "select",
               "unsqueeze", "squeeze", "as_strided", "alias", "detach", "unbind", "split", "split_with_sizes",

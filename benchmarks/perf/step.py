@@ -25,7 +25,7 @@ import avalanche_color
 from benchmarks.perf.timing import Variant, interleaved, per_round, seconds
 from benchmarks.perf.workloads import build_color
 
-CLASSES = 10  # per expert, as in the table (benchmarks.perf.sizes)
+CLASSES = 10  # per expert, as in the table (benchmarks.perf.workloads)
 
 
 def color_training_step(model: nn.Module, x: torch.Tensor, labels: torch.Tensor

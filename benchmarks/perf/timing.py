@@ -1,4 +1,4 @@
-"""Interleaved timing: every round runs every variant once, in a rotating order.
+"""Interleaved timing: every round runs every variant once, in a rotating order; and the machine it ran on.
 
 Ratios are computed within a round, from that round's timings, so that a slow
 spell of the machine (another process, frequency scaling, a cold cache) moves
@@ -8,6 +8,7 @@ figure can be trusted.
 
 from __future__ import annotations
 
+import platform
 import statistics
 import sys
 import time
@@ -16,6 +17,12 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import torch
+
+
+def machine(device: torch.device) -> str:
+    """The device in words, as each section of the report names it: the GPU, or the CPU and its threads."""
+    return (torch.cuda.get_device_name(device) if device.type == "cuda"
+            else f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads")
 
 
 def synchronize(device: torch.device) -> None:

@@ -1,5 +1,6 @@
-"""What the benchmark runs: a CoLoR model with trained-looking experts, peft's counterpart, and a training
-data loader over JPEG images made in memory (memory counting: :mod:`benchmarks.perf.memory`)."""
+"""What the table times: the sizes every section shares, a CoLoR model with trained-looking experts, the LoRA-sum
+peers and peft's counterpart, the class routers, and a training data loader over JPEG images made in memory
+(the learners the memory section grows: :mod:`benchmarks.perf.learners`)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,12 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import v2
 
-from avalanche_color import ExpertViT
+from avalanche_color import CoLoRConfig, ExpertViT
 from avalanche_color.routing.routers import ClassRouter
-from benchmarks.perf.sizes import CLASS_ROUTERS, CLASSES, ROUTER_WIDTH
+
+CLASSES = 10  # per expert
+CLASS_ROUTERS = ("ridge", "gaussian")
+ROUTER_WIDTH = CoLoRConfig().router_width  # the default M
 
 
 def build_color(vit: nn.Module, experts: int, rank: int, classes: int, k: int, device: torch.device) -> ExpertViT:
@@ -70,6 +74,7 @@ def peft_adapters(vit: nn.Module, adapters: int, rank: int) -> nn.Module:
 
 # A typical photo of ImageNet or DomainNet (width, height); CIFAR's 32 px and CORe50's 128 px decode faster.
 PHOTO_SIZE = (500, 375)
+PHOTOS = 64  # distinct JPEGs the loader cycles over
 
 
 def jpeg_photos(count: int, size: tuple[int, int] = PHOTO_SIZE, seed: int = 0) -> list[bytes]:

@@ -43,17 +43,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Optional
+from typing import Any, Optional
 
 import torch
+from avalanche.benchmarks import tensors_benchmark
 from timm.models.vision_transformer import VisionTransformer
+from torch import Tensor
 
 from benchmarks.side_by_side.cl_lora.authors_code import WIDTH, import_authors
-from benchmarks.side_by_side.cl_lora.our_run import run_ours
-from benchmarks.side_by_side.cl_lora.stream import make_stream
-from benchmarks.side_by_side.cl_lora.table import report
-from benchmarks.side_by_side.cl_lora.their_optimiser import MODES
-from benchmarks.side_by_side.cl_lora.their_run import run_theirs
+from benchmarks.side_by_side.cl_lora.our_run import Named, Recorder, run_ours
+from benchmarks.side_by_side.cl_lora.their_run import MODES, run_theirs
 
 AUTHORS_COMMIT = "df4e74efe589ca1aa872d3843315ab6851192cf3"
 
@@ -101,6 +100,107 @@ def main(argv: Optional[list[str]] = None) -> None:
     for mode in options.modes:
         theirs = run_theirs(authors, vit, ours, test, sizes, mode)
         print("\n".join(report(ours, theirs, sizes, mode)), flush=True)
+
+
+def make_stream(sizes: SimpleNamespace) -> tuple[Any, list[tuple[Tensor, Tensor]]]:
+    """Train and test tensors per experience; ``domain``: the same classes shifted per experience."""
+    g = torch.Generator().manual_seed(sizes.seed)
+    templates = 2 * torch.randn(sizes.classes * (1 if sizes.stream == "domain" else sizes.experiences), 3,
+                                sizes.image, sizes.image, generator=g)
+    train, test = [], []
+    for e in range(sizes.experiences):
+        offset = 1.5 * torch.randn(3, 1, 1, generator=g) if sizes.stream == "domain" else 0
+        first = 0 if sizes.stream == "domain" else e * sizes.classes
+        labels = torch.arange(first, first + sizes.classes).repeat_interleave(sizes.per_class)
+        for store in (train, test):
+            images = templates[labels] + 0.5 * torch.randn(len(labels), 3, sizes.image, sizes.image, generator=g)
+            store.append((images + offset, labels))
+    return tensors_benchmark(train, test, task_labels=[0] * sizes.experiences), test
+
+
+def their_predictions(logits: Tensor, sizes: SimpleNamespace) -> Tensor:
+    """Their prediction as a class of ours: the class of the best (experience, class) column."""
+    predicted = logits.argmax(1)
+    return predicted % sizes.classes if sizes.stream == "domain" else predicted
+
+
+def their_class_scores(logits: Tensor, sizes: SimpleNamespace) -> Tensor:
+    """Their logits as ours: on a domain stream a class's best score over its experiences."""
+    if sizes.stream != "domain":
+        return logits
+    return logits.reshape(logits.shape[0], -1, sizes.classes).amax(1)
+
+
+def max_abs(a: Tensor, b: Tensor) -> float:
+    return float((a.double() - b.double()).abs().max()) if a.numel() else 0.0
+
+
+def group_of(name: str) -> str:
+    parts = name.split(".")
+    if parts[0] in ("shared", "teacher"):
+        return f"{parts[0]} {parts[-1]}"
+    if parts[0] == "specific":
+        return f"specific {parts[1]} {parts[-1]}"
+    return " ".join(parts[:-1] + [parts[-1]]) if parts[0] == "proxy" else name
+
+
+def grouped(ours: Named, theirs: Named) -> dict[str, tuple[float, float]]:
+    """Per group of names: (max |ours - theirs|, max |ours|)."""
+    out: dict[str, tuple[float, float]] = {}
+    for k in ours:
+        if k not in theirs:
+            continue
+        g = group_of(k)
+        d, s = out.get(g, (0.0, 0.0))
+        out[g] = (max(d, max_abs(ours[k], theirs[k])), max(s, float(ours[k].abs().max())))
+    return out
+
+
+def row(label: str, difference: float, scale: Optional[float] = None) -> str:
+    tail = "" if scale is None else f"   (max |value| {scale:.3g})"
+    return f"  {label:<52} {difference:10.2e}{tail}"
+
+
+def report(ours: dict[str, Any], theirs: dict[str, Any], sizes: SimpleNamespace, mode: str) -> list[str]:
+    lines = [f"== their optimiser: {mode}"]
+    recorder: Recorder = ours["recorder"]
+    for e in range(sizes.experiences):
+        if e not in theirs["first"]:
+            break
+        mine, other = recorder.first[e], theirs["first"][e]
+        lines.append(f" experience {e}, first batch, at its starting parameters")
+        for name, f in mine["features"].items():
+            lines.append(row(f"(a) feature: {name}", max_abs(f, other["features"][name]), float(f.abs().max())))
+        lines.append(row("(b) proxy logits", max_abs(mine["logits"], other["logits"]), float(mine["logits"].abs().max())))
+        for term in ("ce", "kd", "ortho"):
+            if mine[term] is not None:
+                lines.append(row(f"(b) loss {term} = {mine[term]:.6g}", abs(mine[term] - other[term])))
+        steps = other.get("step_grads") or {}
+        for s, key in ((0, "step1"), (1, "step2")):
+            if not mine[key] or s >= len(steps):
+                continue
+            label = ("step 1: KD, reweighted" if e and s == 0 else "step 2: CE + 1e-4 ortho" if e else "CE")
+            for g, (d, scale) in grouped(mine[key], steps[s]).items():
+                lines.append(row(f"(b) gradient, {label}: {g}", d, scale))
+    if theirs["error"]:
+        e, where, message = theirs["error"]
+        lines.append(f" experience {e}: their code raised at {where}: RuntimeError: {message}")
+        return lines
+    for e in range(sizes.experiences):
+        mine_steps, their_steps = recorder.steps[e], theirs["steps"][e]
+        worst = max(max(d for d, _ in grouped(a, b).values()) for a, b in zip(mine_steps, their_steps))
+        lines.append(f" experience {e}: {len(their_steps)} batches")
+        lines.append(row(f"(c) parameters, worst over its batches", worst))
+        for g, (d, scale) in grouped(ours["end"][e], theirs["end"][e]).items():
+            lines.append(row(f"(c) parameters at its end: {g}", d, scale))
+        lines.append(row("(c) prototypes", max_abs(ours["prototypes"][e], theirs["prototypes"][e]),
+                         float(ours["prototypes"][e].abs().max())))
+        mine_eval, their_eval = ours["eval"][e], theirs["eval"][e]
+        scores = their_class_scores(their_eval, sizes)
+        agree = int((mine_eval.argmax(1) == their_predictions(their_eval, sizes)).sum())
+        lines.append(row("(d) evaluation scores", max_abs(mine_eval, scores)))
+        lines.append(f"  (d) predictions agree on {agree}/{len(mine_eval)} test images")
+    return lines
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Their ``LoRAsub_DRS`` driven through the stream on the batches our strategy trained on (our new component and
 head rows copied in first), and what it did: every step, the covariances and P, the triplet loss's inputs,
-the prototypes, features and predictions."""
+the prototypes, features and predictions; our component copied into theirs and theirs read in our layout."""
 
 from __future__ import annotations
 
@@ -16,7 +16,25 @@ from torch import Tensor
 
 from benchmarks.side_by_side.lora_sub.authors_code import quiet, their_attention, their_learner
 from benchmarks.side_by_side.lora_sub.our_run import Recorder
-from benchmarks.side_by_side.lora_sub.weights import copy_component, their_component
+
+
+@torch.no_grad()
+def copy_component(state: dict[str, Tensor], net: Any, t: int) -> None:
+    """Our component t (from a state dict of our model) into their ``lora_{A,B}_{k,v}[t]``."""
+    for block, attn in enumerate(their_attention(net)):
+        prefix = f"backbone.blocks.{block}.attn.qkv.components.{t}."
+        for index, part in enumerate("kv"):
+            getattr(attn, f"lora_A_{part}")[t].weight.copy_(state[prefix + "A"][index])
+            getattr(attn, f"lora_B_{part}")[t].weight.copy_(state[prefix + "B"][index])
+
+
+def their_component(net: Any, t: int) -> list[Tensor]:
+    """A of k and v, B of k and v, per block, stacked as ours (2, r, d) and (2, d, r)."""
+    out = []
+    for attn in their_attention(net):
+        out.append(torch.stack([attn.lora_A_k[t].weight, attn.lora_A_v[t].weight]).detach().clone())
+        out.append(torch.stack([attn.lora_B_k[t].weight, attn.lora_B_v[t].weight]).detach().clone())
+    return out
 
 
 class ReplayLoader:
