@@ -1,4 +1,4 @@
-"""A model's tensor state, three small tools: buffers whose shapes a stored ``state_dict`` decides
+"""A model's tensor state, four small tools: which parameters train (:func:`train_only`), buffers whose shapes a stored ``state_dict`` decides
 (:func:`take_stored_shapes`), a digest of tensors' exact contents (:func:`tensors_digest`: what a checkpoint
 or a results folder was made from), and Python values read once from small device tensors (:func:`host_value`).
 
@@ -18,6 +18,17 @@ from typing import Any, Callable, TypeVar
 
 import torch
 from torch import Tensor, nn
+
+
+def train_only(module: nn.Module, trainable: Iterable[nn.Parameter]) -> None:
+    """``requires_grad`` on ``trainable`` and off on every other parameter of ``module``, whose stale gradients
+    are dropped (a finished part would otherwise keep its last ones, and an optimiser with weight decay
+    could still move it)."""
+    kept = {id(parameter) for parameter in trainable}
+    for parameter in module.parameters():
+        parameter.requires_grad_(id(parameter) in kept)
+        if id(parameter) not in kept:
+            parameter.grad = None
 
 
 def take_stored_shapes(module: nn.Module, state_dict: dict[str, Any], prefix: str, names: Iterable[str]) -> None:

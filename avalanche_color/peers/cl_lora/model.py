@@ -61,7 +61,7 @@ from avalanche_color.peers.cl_lora.config import CLLoRAConfig
 from avalanche_color.peers.lora_sum.model import load_folder, save_folder
 from avalanche_color.utils.experiences import experience_classes, origin_experience
 from avalanche_color.utils.files import PathLike
-from avalanche_color.utils.state import host_value, keep_host_value, take_stored_shapes
+from avalanche_color.utils.state import host_value, keep_host_value, take_stored_shapes, train_only
 
 
 @dataclass(frozen=True)
@@ -355,12 +355,8 @@ class CLLoRAViT(DynamicModule):
         return shared + specific + num_classes * features + 1
 
     def set_trainable(self) -> None:
-        """The one place that sets ``requires_grad``: on :meth:`trainable_parameters`, off elsewhere."""
-        trainable = {id(p) for p in self.trainable_parameters()}
-        for parameter in self.parameters():
-            parameter.requires_grad_(id(parameter) in trainable)
-            if id(parameter) not in trainable:
-                parameter.grad = None
+        """The one place that sets ``requires_grad``: on :meth:`trainable_parameters`, off everywhere else."""
+        train_only(self, self.trainable_parameters())
 
     # ------------------------------------------------------------------ experiences
 

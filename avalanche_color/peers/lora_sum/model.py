@@ -68,7 +68,7 @@ from avalanche_color.peers.lora_sum.config import DirectionNorm
 from avalanche_color.utils.experiences import experience_classes
 from avalanche_color.utils.files import PathLike
 from avalanche_color.utils.rng import seeded
-from avalanche_color.utils.state import host_value, keep_host_value, take_stored_shapes
+from avalanche_color.utils.state import host_value, keep_host_value, take_stored_shapes, train_only
 from avalanche_color.version import __version__
 
 
@@ -338,13 +338,8 @@ class LoRASumViT(DynamicModule):
         return self.component_parameter_count(component) + (int(self.backbone.num_features) + 1) * num_classes
 
     def set_trainable(self) -> None:
-        """The one place that sets ``requires_grad``: on :meth:`trainable_parameters`, off everywhere else,
-        where stale gradients are dropped (a finished component would otherwise hold its last ones)."""
-        trainable = {id(parameter) for parameter in self.trainable_parameters()}
-        for parameter in self.parameters():
-            parameter.requires_grad_(id(parameter) in trainable)
-            if id(parameter) not in trainable:
-                parameter.grad = None
+        """The one place that sets ``requires_grad``: on :meth:`trainable_parameters`, off everywhere else."""
+        train_only(self, self.trainable_parameters())
 
     # ------------------------------------------------------------------ classes
 
