@@ -71,7 +71,23 @@ def test_every_method_that_trains_takes_the_grid_lr_with_the_best_validation_acc
     assert runs["NCM"]["lr"] is None
     assert json.loads((tmp_path / "results.json").read_text())["tuning"] == tuning
     summary = (tmp_path / "summary.md").read_text()
-    assert "chosen by `--tune lr`" in summary and f"| CoLoR | {tuning['choices']['CoLoR']['lr']:g} |" in summary
+    assert "chosen by `--tune lr`" in summary and f"| CoLoR | {tuning['choices']['CoLoR']['lr']:g} (the grid's" in summary
+    assert "chosen at an end of the grid, so the best lr may lie beyond it" in summary  # a 2-value grid: both ends
+
+
+def test_a_choice_at_an_end_of_the_grid_is_marked_and_one_inside_is_not():
+    from avalanche_color.runner.report import tuning_table
+
+    def choice(lr):
+        return {"lr": lr, "validation_accuracy": 0.5, "trials": {str(value): 0.5 for value in (0.01, 0.1, 1.0)}}
+
+    tuning = {"tuned": "lr", "grid": [0.01, 0.1, 1.0], "held_out": 0.1, "seed": 0,
+              "choices": {"Low": choice(0.01), "Middle": choice(0.1), "High": choice(1.0)}}
+    table = tuning_table(tuning)
+    assert "| Low | 0.01 (the grid's lowest) |" in table and "| High | 1 (the grid's highest) |" in table
+    assert "| Middle | 0.1 |" in table
+    assert table.endswith("Low, High: chosen at an end of the grid, so the best lr may lie beyond it (`--lr-grid` "
+                          "tries others).")
 
 
 def test_tuning_is_refused_under_torchrun():

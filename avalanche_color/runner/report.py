@@ -88,15 +88,21 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
 
 def tuning_table(tuning: dict[str, Any]) -> str:
     """What ``--tune`` chose (results.json's ``tuning``): each method's lr, its validation accuracy and
-    every trial's, in %."""
-    rows = [{"method": method, "lr chosen": f"{choice['lr']:g}",
+    every trial's, in %. A choice at either end of the grid is marked: the method's best may lie beyond it."""
+    grid = tuning.get("grid") or []
+    ends = {min(grid): "the grid's lowest", max(grid): "the grid's highest"} if len(grid) > 1 else {}
+    rows = [{"method": method,
+             "lr chosen": f"{choice['lr']:g}" + (f" ({ends[choice['lr']]})" if choice["lr"] in ends else ""),
              "validation accuracy": f"{100 * choice['validation_accuracy']:.1f}",
              "trials (lr: validation accuracy)": ", ".join(
                  f"{lr}: " + ("diverged" if accuracy is None else f"{100 * accuracy:.1f}")
                  for lr, accuracy in choice["trials"].items())}
             for method, choice in tuning["choices"].items()]
     split = f"{tuning['held_out']:g} of each class held out, seed {tuning['seed']}"
-    return f"Learning rates chosen by `--tune {tuning['tuned']}` ({split}):\n\n{markdown_table(rows)}"
+    at_an_end = [method for method, choice in tuning["choices"].items() if choice["lr"] in ends]
+    beyond = (f"\n\n{', '.join(at_an_end)}: chosen at an end of the grid, so the best lr may lie beyond it "
+              f"(`--lr-grid` tries others)." if at_an_end else "")
+    return f"Learning rates chosen by `--tune {tuning['tuned']}` ({split}):\n\n{markdown_table(rows)}{beyond}"
 
 
 def write_csv(runs: Sequence[Run], folder: Path) -> None:
