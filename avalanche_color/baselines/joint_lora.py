@@ -14,12 +14,13 @@ from avalanche.training.plugins import EvaluationPlugin
 from avalanche.training.plugins.evaluation import default_evaluator
 from torch import Tensor, nn
 
-from avalanche_color.baselines.options import JointLoRAOptions, plugin_list, split_keywords
+from avalanche_color.baselines.options import JointLoRAOptions, plugin_list
 from avalanche_color.color.model import ExpertViT
 from avalanche_color.experts.routed_vit import check_vision_transformer
 from avalanche_color.training.data_checks import check_training_experience
 from avalanche_color.training.loaders import loader_options
-from avalanche_color.training.strategy import STRATEGY_KEYWORDS, StrategyBase, refuse_unknown_keywords
+from avalanche_color.training.strategy import (STRATEGY_KEYWORDS, StrategyBase, refuse_unknown_keywords,
+                                               split_keywords)
 from avalanche_color.utils.checks import require
 from avalanche_color.utils.experiences import experience_classes
 
@@ -76,7 +77,8 @@ class JointLoRA(StrategyBase, JointTraining):
                  device: Union[str, torch.device] = "cpu", plugins: Optional[Sequence[BasePlugin]] = None,
                  evaluator: Union[EvaluationPlugin, Callable[[], EvaluationPlugin]] = default_evaluator,
                  **options: Any) -> None:
-        config, template_options = split_keywords(JointLoRAOptions, config, options)
+        options, template_options = split_keywords(JointLoRAOptions, options)
+        config = JointLoRAOptions.build(config, **options)
         refuse_unknown_keywords(type(self), JointLoRAOptions, template_options, JointTraining)
         require("plugins", plugins, plugin_list)
         check_vision_transformer(model)

@@ -5,18 +5,17 @@ none).
 
 Each baseline's ``__init__`` shows its group's options, with their types, defaults and docs, made from these
 declarations (:func:`~avalanche_color.training.strategy.documented_init`), and builds its config from the
-keywords given (:func:`split_keywords`), which refuses a bad value naming the option, the value and what is
-allowed.
+keywords that name its options; a bad value is refused naming the option, the value and what is allowed.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
-from typing import Any, Optional
+from collections.abc import Sequence
+from typing import Optional
 
-from avalanche_color.utils.checks import (Config, Options, boolean, integer, non_negative, option, option_group,
-                                          positive, positive_int)
+from avalanche_color.utils.checks import (Options, boolean, integer, non_negative, option, option_group, positive,
+                                          positive_int)
 
 
 @option_group
@@ -67,13 +66,3 @@ def plugin_list(value: object) -> Optional[str]:
     """The check of a baseline's ``plugins``: a lone plugin given without a list would otherwise fail later,
     far from the call."""
     return None if value is None or isinstance(value, Sequence) else "must be a sequence of Avalanche plugins or None"
-
-
-def split_keywords(config_class: type[Config], config: Optional[Options],
-                   keywords: Mapping[str, Any]) -> tuple[Config, dict[str, Any]]:
-    """A baseline's config, built from ``config`` and those of ``keywords`` that name its options (each replacing
-    its field of ``config``), and the other keywords, Avalanche's, to pass on to its template."""
-    names = config_class.names()
-    options = {name: value for name, value in keywords.items() if name in names}
-    others = {name: value for name, value in keywords.items() if name not in names}
-    return config_class.build(config, **options), others

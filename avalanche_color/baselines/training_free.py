@@ -15,10 +15,11 @@ from avalanche.training.plugins.evaluation import default_evaluator
 from avalanche.training.templates import SupervisedTemplate
 from torch import Tensor, nn
 
-from avalanche_color.baselines.options import BaselineOptions, plugin_list, split_keywords
+from avalanche_color.baselines.options import BaselineOptions, plugin_list
 from avalanche_color.experts.routed_vit import check_vision_transformer
 from avalanche_color.training.loaders import data_loader, loader_options
-from avalanche_color.training.strategy import STRATEGY_KEYWORDS, StrategyBase, refuse_unknown_keywords
+from avalanche_color.training.strategy import (STRATEGY_KEYWORDS, StrategyBase, refuse_unknown_keywords,
+                                               split_keywords)
 from avalanche_color.utils.checks import require
 
 
@@ -60,7 +61,8 @@ class TrainingFreeTemplate(StrategyBase):
                  device: Union[str, torch.device] = "cpu", plugins: Optional[Sequence[BasePlugin]] = None,
                  evaluator: Union[EvaluationPlugin, Callable[[], EvaluationPlugin]] = default_evaluator,
                  **options: Any) -> None:
-        config, template_options = split_keywords(self.config_class, config, options)
+        options, template_options = split_keywords(self.config_class, options)
+        config = self.config_class.build(config, **options)
         refuse_unknown_keywords(type(self), self.config_class, template_options)
         require("plugins", plugins, plugin_list)
         self.config = config

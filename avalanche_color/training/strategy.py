@@ -130,12 +130,12 @@ class StrategyBase(SupervisedTemplate):
         # Avalanche's wrapper; a subclass without its own __init__ keeps its parent's.
         init = cls.__init__
         super().__init_subclass__(**kwargs)  # Avalanche's BaseTemplate wraps __init__: see model_first
-        if getattr(init, "takes_model_first", False):
+        if "config_class" in vars(cls):  # the options' signature and Args, over the __init__ it has
+            cls.__init__ = model_first(documented_init(cls, init))  # type: ignore[method-assign]
+        elif getattr(init, "takes_model_first", False):
             cls.__init__ = init  # type: ignore[method-assign]  # a parent's, already wrapped
         elif _declares_model_first(init):
             cls.__init__ = model_first(init)  # type: ignore[method-assign]
-        if "config_class" in vars(cls):
-            cls.__init__ = model_first(documented_init(cls))  # type: ignore[method-assign]
 
     @classmethod
     def argument_docs(cls) -> dict[str, str]:
@@ -377,9 +377,7 @@ class ConfiguredStrategy(StrategyBase):
         and a ready model's own settings) and Avalanche's template keywords; refused first, before the ViT is
         copied: plugins that cannot act on the method, an optimiser object, unknown keywords, a ready model's
         setting given another value."""
-        names = cls.config_class.names()
-        options = {name: value for name, value in keywords.items() if name in names}
-        template_options = {name: value for name, value in keywords.items() if name not in names}
+        options, template_options = split_keywords(cls.config_class, keywords)
         cls.refuse_incompatible_plugins(plugins)  # StrategyBase then skips it
         refuse_optimizer(cls, options, template_options)
         refuse_unknown_keywords(cls, cls.config_class, template_options)
@@ -662,9 +660,9 @@ STRATEGY_KEYWORDS = {
 }
 
 
-def documented_init(strategy: type[StrategyBase]) -> Callable[..., None]:
-    """``strategy``'s ``__init__``: the one it has, with the signature and docstring its
-    :attr:`~StrategyBase.config_class` declares.
+def documented_init(strategy: type[StrategyBase], init: Callable[..., None]) -> Callable[..., None]:
+    """``strategy``'s ``__init__``: ``init``, the one it has (its own as written, or its parent's), with the
+    signature and docstring its :attr:`~StrategyBase.config_class` declares.
 
     What ``inspect.signature``, ``help()``, Jupyter and the API docs show: ``model``, then, keywords only,
     ``config``, every option with its type and default (in the order of
@@ -674,7 +672,6 @@ def documented_init(strategy: type[StrategyBase]) -> Callable[..., None]:
     others. A static type checker sees the written ``**options``; ``config_class(...)`` is the statically
     typed way to give options.
     """
-    inherited = strategy.__init__
     written = _init_taking_config(strategy)
     config_class = strategy.config_class
     hints = typing.get_type_hints(config_class)
@@ -689,7 +686,7 @@ def documented_init(strategy: type[StrategyBase]) -> Callable[..., None]:
     ]
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        inherited(self, *args, **kwargs)
+        init(self, *args, **kwargs)
 
     __init__.__signature__ = inspect.Signature(parameters, return_annotation=None)  # type: ignore[attr-defined]
     __init__.__annotations__ = {**{p.name: p.annotation for p in parameters[1:]}, "return": None}
@@ -731,6 +728,14 @@ def _init_docstring(strategy: type[StrategyBase]) -> str:
 # copied or adapted.
 
 _UNSET = object()
+
+
+def split_keywords(config_class: type[Options], keywords: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``keywords`` given beside a strategy's model, split into the options of ``config_class`` and the others,
+    Avalanche's template's (every strategy with a config, the methods and the baselines)."""
+    names = config_class.names()
+    return ({name: value for name, value in keywords.items() if name in names},
+            {name: value for name, value in keywords.items() if name not in names})
 
 
 def refuse_optimizer(strategy: type[ConfiguredStrategy], options: Mapping[str, Any],
