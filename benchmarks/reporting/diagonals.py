@@ -22,15 +22,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from avalanche_color.runner.report import by_label
-
-
-def weighted_mean(values: Sequence[float], weights: Sequence[float]) -> float:
-    return sum(v * w for v, w in zip(values, weights)) / sum(weights)
+from avalanche_color.runner.report import by_label, markdown_table, mean_and_spread, weighted_mean
 
 
 def diagonal(run: dict[str, Any], weights: Sequence[float]) -> Optional[float]:
@@ -59,11 +54,9 @@ def experience_sizes(runs: Sequence[dict[str, Any]], largest: int = 100_000) -> 
 
 
 def spread(values: Sequence[Optional[float]]) -> str:
-    present = [100 * v for v in values if v is not None]
-    if not present:
-        return "-"
-    mean = statistics.fmean(present)
-    return f"{mean:.1f} ± {statistics.stdev(present):.1f}" if len(present) > 1 else f"{mean:.1f}"
+    """The summary tables' ``mean ± std`` in percent of the values present; "-" where none is."""
+    present = [value for value in values if value is not None]
+    return mean_and_spread(present) if present else "-"
 
 
 def rows(folders: Sequence[Path]) -> list[list[str]]:
@@ -97,8 +90,7 @@ def finished_runs(folder: Path) -> list[dict[str, Any]]:
 
 def markdown(table: list[list[str]]) -> str:
     header = ["method", "seeds", "final", "diagonal", "kept", "routing"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in table])
+    return markdown_table([dict(zip(header, row)) for row in table])
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
