@@ -145,7 +145,23 @@ class LoaderOptions(Options):
 
 
 @option_group
-class TrainingOptions(Options):
+class PrecisionOptions(Options):
+    """The numeric precision of training and evaluation (every training strategy's, Joint-LoRA's too)."""
+
+    precision: Precision = option(
+        "32-true", one_of(PRECISIONS),
+        doc='Lightning\'s names. ``"32-true"``: float32 throughout. ``"bf16-mixed"``: each training and '
+            'evaluation forward and its loss run under ``torch.autocast(bfloat16)``; the trained weights '
+            '(experts, heads, prompts, magnitudes) and their updates stay float32, and the routers, k-means and '
+            'the closed-form solvers compute in float32/float64. ``"16-mixed"``: the same with float16, and a '
+            'gradient scaler (:class:`~avalanche_color.training.strategy.MixedPrecision`). A ViT given in '
+            'bfloat16 stays so (half its memory) and computes in bfloat16 under ``"32-true"`` too, the trained '
+            'weights float32 beside it. Not an expert setting: a model trained under one precision loads and '
+            'continues under another.')
+
+
+@option_group
+class TrainingOptions(PrecisionOptions):
     """The learning rate, the budget and the numeric precision."""
 
     lr: float = option(
@@ -159,16 +175,6 @@ class TrainingOptions(Options):
         -1, integer,
         doc='Avalanche\'s periodic evaluation during training: every that many epochs (or iterations, with '
             '``peval_mode="iteration"``); 0: at the end of each experience only; -1: never.')
-    precision: Precision = option(
-        "32-true", one_of(PRECISIONS),
-        doc='Lightning\'s names. ``"32-true"``: float32 throughout. ``"bf16-mixed"``: each training and '
-            'evaluation forward and its loss run under ``torch.autocast(bfloat16)``; the trained weights '
-            '(experts, heads, prompts, magnitudes) and their updates stay float32, and the routers, k-means and '
-            'the closed-form solvers compute in float32/float64. ``"16-mixed"``: the same with float16, and a '
-            'gradient scaler (:class:`~avalanche_color.training.strategy.MixedPrecision`). A ViT given in '
-            'bfloat16 stays so (half its memory) and computes in bfloat16 under ``"32-true"`` too, the trained '
-            'weights float32 beside it. Not an expert setting: a model trained under one precision loads and '
-            'continues under another.')
     check_data: bool = option(
         True, boolean,
         doc="scan each training experience for bad samples (non-finite pixels, labels that are not class ids) "

@@ -22,6 +22,8 @@ from registered import build_small, build_small_with, one_method_per_strategy
 from streams import class_stream, domain_stream, tiny_vit
 
 PRECISION_STRATEGIES = [name for name in one_method_per_strategy() if name in methods_taking("precision")]
+# The options a strategy cannot be built without (Joint-LoRA's head has no default size).
+REQUIRED = {"Joint-LoRA": {"num_classes": 2}}
 
 
 class FirstStep(SupervisedPlugin):
@@ -176,7 +178,7 @@ def test_narrow_trained_weights_are_warned_of_with_the_option_to_use_instead(one
 def test_precision_is_checked_by_name(name):
     with pytest.raises(ValueError, match=r"precision must be one of \('32-true', 'bf16-mixed', '16-mixed'\), "
                                          r"got 'bf16'"):
-        REGISTRY[name].strategy_class()(tiny_vit(0), precision="bf16")
+        REGISTRY[name].strategy_class()(tiny_vit(0), precision="bf16", **REQUIRED.get(name, {}))
 
 
 def test_autocast_and_the_gradient_scaler_follow_the_precision():
@@ -186,11 +188,14 @@ def test_autocast_and_the_gradient_scaler_follow_the_precision():
 
 @pytest.mark.parametrize("name", REGISTRY)
 def test_the_runner_gives_precision_to_the_package_strategies_only(name):
-    # Every registered method: the strategies on the package's configured base run under --precision; Avalanche's
-    # own and the baselines without a method config are built as they are.
+    # Every registered method: the strategies that train on the package's base (the methods and Joint-LoRA) run
+    # under --precision; Avalanche's own and the training-free baselines are built as they are.
     strategy = build_small(name, num_classes=10, precision="bf16-mixed")
     precision = getattr(getattr(strategy, "config", None), "precision", None)
-    assert precision == ("bf16-mixed" if isinstance(strategy, ConfiguredStrategy) else None)
+    takes_it = isinstance(strategy, ConfiguredStrategy) or name == "Joint-LoRA"
+    assert precision == ("bf16-mixed" if takes_it else None)
+    if takes_it:
+        assert strategy.precision.name == "bf16-mixed"
 
 
 def test_the_runner_refuses_an_unknown_precision():

@@ -24,7 +24,8 @@ from avalanche_color import (L2P, NCM, CLLoRA, CoLoR, CoLoRConfig, ConfiguredStr
                              JointLoRA, L2PModelOptions, LoRAOptions, LoRASubtraction, PromptOptions, PrototypeOptions,
                              PrototypeRouterPlugin, RanPAC, SDLoRA, SPrompts, SPromptsConfig)
 from avalanche_color.baselines import JointLoRAOptions
-from avalanche_color.config import ExpertTrainingOptions, LoaderOptions, RoutingOptions, TrainingOptions
+from avalanche_color.config import (ExpertTrainingOptions, LoaderOptions, PrecisionOptions, RoutingOptions,
+                                    TrainingOptions)
 from avalanche_color.runner.methods import package_strategies
 from avalanche_color.training.strategy import STRATEGY_KEYWORDS
 from avalanche_color.utils.checks import Options, option, option_group, positive_int
@@ -119,7 +120,8 @@ def test_the_options_come_in_the_order_of_their_declaration_the_methods_own_firs
 
 
 def test_colors_options_are_its_groups_in_the_order_its_config_combines_them():
-    groups = [LoRAOptions, RoutingOptions, PrototypeOptions, ExpertTrainingOptions, TrainingOptions, LoaderOptions]
+    groups = [LoRAOptions, RoutingOptions, PrototypeOptions, ExpertTrainingOptions, TrainingOptions, PrecisionOptions,
+              LoaderOptions]
     assert list(CoLoRConfig.names()) == [name for group in groups for name in inspect.get_annotations(group)]
     assert CoLoRConfig.names()[:3] == ("rank", "alpha", "routing_features")
 

@@ -90,7 +90,7 @@ class JointLoRA(StrategyBase, JointTraining):
         super().__init__(model=expert, optimizer=optimizer, criterion=nn.CrossEntropyLoss(),
                          train_mb_size=config.train_mb_size, train_epochs=config.train_epochs,
                          eval_mb_size=config.eval_mb_size, device=device, plugins=plugins, scan_experiences=False,
-                         evaluator=evaluator, **template_options)
+                         precision=config.precision, evaluator=evaluator, **template_options)
 
     def train_dataset_adaptation(self, **kwargs: Any) -> None:
         for experience in self._experiences:  # the head is fixed: labels it cannot hold fail mid-training

@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Optional
 
+from avalanche_color.config import PrecisionOptions
 from avalanche_color.utils.checks import (Options, boolean, integer, non_negative, option, option_group, positive,
                                           positive_int)
 
@@ -47,7 +48,7 @@ class RanPACOptions(BaselineOptions):
 
 
 @option_group
-class JointLoRAOptions(BaselineOptions):
+class JointLoRAOptions(BaselineOptions, PrecisionOptions):
     """Joint-LoRA's options (:class:`~avalanche_color.JointLoRA`). ``num_classes`` has no default: a user gives
     it; the others' defaults are CoLoR's (:class:`~avalanche_color.CoLoRConfig`, the CoLoR paper's)."""
 

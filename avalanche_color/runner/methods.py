@@ -157,7 +157,7 @@ def _joint_lora_options(run: MethodRun) -> dict[str, Any]:
 
     color = CoLoRConfig()  # CoLoR's momentum and weight decay
     return dict(rank=run.rank, lr=run.config.color_lr, momentum=color.momentum,
-                weight_decay=run.weight_decay.get("weight_decay", color.weight_decay))
+                weight_decay=run.weight_decay.get("weight_decay", color.weight_decay), **run.precision)
 
 
 def _build_joint_lora(run: MethodRun, options: dict[str, Any]) -> "SupervisedTemplate":
