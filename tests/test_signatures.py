@@ -194,6 +194,8 @@ def test_option_groups_take_keywords_only(group):
         group(8)
     required = REQUIRED.get(group, {})
     assert group(**required) == group(**{**group.defaults(), **required})
+    # defaults() holds values only: an option a user must give is not in it.
+    assert set(group.defaults()) == set(group.names()) - set(required)
 
 
 def test_no_module_of_the_package_gathers_options_from_locals():

@@ -291,8 +291,9 @@ class Options:
 
     @classmethod
     def defaults(cls) -> dict[str, Any]:
-        """Every option's default."""
-        return {spec.name: spec.default for spec in cls.option_fields()}
+        """Every option's default; an option a user must give (Joint-LoRA's ``num_classes``) has none and is
+        left out."""
+        return {spec.name: spec.default for spec in cls.option_fields() if spec.default is not dataclasses.MISSING}
 
     @classmethod
     def expert_setting_names(cls) -> tuple[str, ...]:
