@@ -22,8 +22,6 @@ from registered import build_small, build_small_with, one_method_per_strategy
 from streams import class_stream, domain_stream, tiny_vit
 
 PRECISION_STRATEGIES = [name for name in one_method_per_strategy() if name in methods_taking("precision")]
-# The options a strategy cannot be built without (Joint-LoRA's head has no default size).
-REQUIRED = {"Joint-LoRA": {"num_classes": 2}}
 
 
 class FirstStep(SupervisedPlugin):
@@ -178,7 +176,10 @@ def test_narrow_trained_weights_are_warned_of_with_the_option_to_use_instead(one
 def test_precision_is_checked_by_name(name):
     with pytest.raises(ValueError, match=r"precision must be one of \('32-true', 'bf16-mixed', '16-mixed'\), "
                                          r"got 'bf16'"):
-        REGISTRY[name].strategy_class()(tiny_vit(0), precision="bf16", **REQUIRED.get(name, {}))
+        strategy_class = REGISTRY[name].strategy_class()
+        config_class = strategy_class.config_class
+        required = {option: 2 for option in config_class.names() if option not in config_class.defaults()}
+        strategy_class(tiny_vit(0), precision="bf16", **required)  # (Joint-LoRA's num_classes has no default)
 
 
 def test_autocast_and_the_gradient_scaler_follow_the_precision():
@@ -188,11 +189,13 @@ def test_autocast_and_the_gradient_scaler_follow_the_precision():
 
 @pytest.mark.parametrize("name", REGISTRY)
 def test_the_runner_gives_precision_to_the_package_strategies_only(name):
-    # Every registered method: the strategies that train on the package's base (the methods and Joint-LoRA) run
-    # under --precision; Avalanche's own and the training-free baselines are built as they are.
+    # Every registered method: those the runner gives --precision (the package's training strategies) run under
+    # it, and they include every strategy on the package's configured base; Avalanche's own and the
+    # training-free baselines are built as they are.
     strategy = build_small(name, num_classes=10, precision="bf16-mixed")
     precision = getattr(getattr(strategy, "config", None), "precision", None)
-    takes_it = isinstance(strategy, ConfiguredStrategy) or name == "Joint-LoRA"
+    takes_it = name in methods_taking("precision")
+    assert takes_it or not isinstance(strategy, ConfiguredStrategy)
     assert precision == ("bf16-mixed" if takes_it else None)
     if takes_it:
         assert strategy.precision.name == "bf16-mixed"

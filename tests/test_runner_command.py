@@ -160,7 +160,7 @@ def test_each_flag_some_methods_take_lists_them_from_the_registry():
     run = MethodRun(config, rank=2, k=2, num_classes=10, backbone=None, strategy_options={}, num_experiences=5)
     built_with = tuple(name for name, entry in REGISTRY.items() if entry.options(run).get("precision") == "bf16-mixed")
     assert methods_taking("precision") == built_with
-    assert {"LoRA-Sub", "CL-LoRA", "SD-LoRA", "InfLoRA", "L2P", "CoLoR"} <= set(built_with)
+    assert {"LoRA-Sub", "CL-LoRA", "SD-LoRA", "InfLoRA", "L2P", "CoLoR", "Joint-LoRA"} <= set(built_with)
     assert "Naive" not in built_with
 
 
