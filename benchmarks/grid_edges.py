@@ -1,0 +1,174 @@
+"""Did ``--tune lr`` choose inside its grid? A tuned comparison's summary marks every method whose lr is
+the grid's lowest or highest: its best lr may lie beyond. This runs, for each of them, the trials one
+grid step further out, under the comparison's own rule (the same validation split, budget, rank and k),
+and goes on outwards while the validation accuracy still rises.
+
+    python -m benchmarks.grid_edges benchmarks/results/pacs_vit_ti [--steps 2] [--methods Naive EWC]
+
+The steps continue the grid's own spacing (the default 0.001, 0.003, ..., 0.1 continues with 0.0003,
+0.0001 below and 0.3, 1 above). A method that gains beyond the edge was tuned short of its best, and its
+row in the table is a lower bound; by how much shows on validation, not on the test set, as the rule
+itself. ``--recheck`` also reruns the tuned lr's trial: the same number again says this code and
+machine compute as the comparison's did. The comparison's settings (data from ``AVALANCHE_COLOR_DATA``, weights from
+``AVALANCHE_COLOR_MODELS`` where results.json names a file) and this code make the trials; the
+record says which code and machine. Trials resume: they live in ``runs/grid_edges/<folder name>/``.
+Writes ``grid_edges.json`` beside results.json and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import math
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from avalanche_color import write_atomically
+from avalanche_color.runner.comparison import prepare, tune_learning_rates
+from avalanche_color.runner.config import RunConfig, RunConfigError
+from avalanche_color.runner.provenance import code_digest, describe_machine, start_attempt
+from avalanche_color.runner.report import markdown_table
+from benchmarks import REPOSITORY
+
+SCRATCH = REPOSITORY / "runs" / "grid_edges"
+# Settings results.json records that a fresh RunConfig does not take back.
+NOT_SETTINGS = ("preset_settings",)
+
+
+def beyond(grid: Sequence[float], direction: int, steps: int) -> list[float]:
+    """``steps`` learning rates past the grid's lowest (``direction`` -1) or highest (+1) value, spaced as
+    the grid is: its ratios repeat with their period (1, 3, 10, ... alternates x3 and x3.33), a grid
+    whose ratios follow no period continues with their geometric mean."""
+    grid = sorted(grid)
+    if len(grid) < 2:
+        raise ValueError(f"grid must hold at least two learning rates to continue its spacing, got {list(grid)}")
+    ratios = [high / low for low, high in zip(grid, grid[1:])]
+    period = next((p for p in range(1, len(ratios) // 2 + 1)
+                   if all(math.isclose(ratios[i], ratios[i + p], rel_tol=1e-6) for i in range(len(ratios) - p))),
+                  None)
+    values, lr = [], grid[0] if direction < 0 else grid[-1]
+    for step in range(1, steps + 1):
+        if period is None:
+            ratio = (grid[-1] / grid[0]) ** (1 / len(ratios))
+        elif direction < 0:  # the ratio that would have led up to the value below
+            ratio = ratios[-step % period]
+        else:
+            ratio = ratios[(len(ratios) + step - 1) % period]
+        lr = float(f"{lr * ratio ** direction:.6g}")
+        values.append(lr)
+    return values
+
+
+def edge_of(choice: dict[str, Any], grid: Sequence[float]) -> Optional[int]:
+    """-1 where a method's tuned lr is the grid's lowest, +1 its highest, None inside."""
+    if choice["lr"] == min(grid):
+        return -1
+    if choice["lr"] == max(grid):
+        return 1
+    return None
+
+
+def comparison_config(results: dict[str, Any], scratch: Path) -> RunConfig:
+    """The tuned comparison's settings, its trials written under ``scratch``."""
+    settings = {name: value for name, value in results["config"].items() if name not in NOT_SETTINGS}
+    return RunConfig(**{**settings, "out": scratch, "resume": True, "loggers": (), "wandb_project": None,
+                        "seeds": (0,), "baseline_seeds": (0,)})
+
+
+def trial_at(config: RunConfig, ready: Any, attempt: Path, name: str, lr: float, progress: bool) -> Optional[float]:
+    """Method ``name``'s validation accuracy at ``lr`` under the comparison's rule; None where training diverged."""
+    try:
+        return tune_learning_rates(dataclasses.replace(config, methods=(name,), lr_grid=(lr,)), ready, attempt,
+                                   progress)[name].trials[lr]
+    except FloatingPointError:
+        return None
+
+
+def check_edges(folder: Path, steps: int = 2, methods: Optional[Sequence[str]] = None,
+                scratch: Optional[Path] = None, recheck: bool = False, progress: bool = True) -> dict[str, Any]:
+    """Runs the trials past each edge choice of ``folder``'s tuned comparison; returns (and writes to
+    ``folder/grid_edges.json``) what each method scored beyond its edge. ``recheck`` also reruns the
+    chosen lr's trial: equal to the comparison's where this code and machine compute as the comparison's did,
+    so that the trials beyond compare with it."""
+    results = json.loads((folder / "results.json").read_text())
+    tuning = results.get("tuning")
+    if not tuning:
+        raise ValueError(f"{str(folder)!r} holds no tuned comparison (its results.json has no 'tuning': run it "
+                         "with --tune lr)")
+    grid = tuning["grid"]
+    unknown = sorted(set(methods or ()) - set(tuning["choices"]))
+    if unknown:
+        raise ValueError(f"methods {unknown} were not tuned in {str(folder)!r}: it tuned {sorted(tuning['choices'])}")
+    edges = {name: edge_of(choice, grid) for name, choice in tuning["choices"].items()
+             if (methods is None or name in methods) and edge_of(choice, grid) is not None}
+    config = comparison_config(results, scratch or SCRATCH / folder.name)
+    found: dict[str, Any] = {}
+    ready: Any = None
+    if edges:
+        try:
+            ready = prepare(dataclasses.replace(config, methods=tuple(edges)))
+        except RunConfigError as error:
+            if error.field != "resume":
+                raise
+            raise ValueError(f"the trials in {str(config.output_folder)!r} were made by other code or settings "
+                             "than this check's: remove that folder to run them again") from error
+        attempt = start_attempt(config.output_folder, ready.record, resume=True)
+    for name, direction in edges.items():
+        choice = tuning["choices"][name]
+        best = choice["validation_accuracy"]
+        score = functools.partial(trial_at, config, ready, attempt, name, progress=progress)
+        trials: dict[str, Optional[float]] = {}
+        for lr in beyond(grid, direction, steps):
+            trials[f"{lr:g}"] = accuracy = score(lr)
+            if accuracy is None or accuracy <= best:
+                break  # past the best: further out only falls
+            best = accuracy
+        found[name] = {"edge": "lowest" if direction < 0 else "highest", "lr": choice["lr"],
+                       "validation_accuracy": choice["validation_accuracy"], "beyond": trials}
+        if recheck:
+            found[name]["rerun"] = score(choice["lr"])
+    record = {"comparison": folder.name, "grid": grid, "steps": steps, "rule": tuning["rule"],
+              "code": code_digest(), "device": describe_machine(ready.device) if edges else None, "comparison_code": results["code"],
+              "methods": found}
+    write_atomically(folder / "grid_edges.json", (json.dumps(record, indent=2) + "\n").encode())
+    return record
+
+
+def edges_table(record: dict[str, Any]) -> str:
+    """One row per method tuned at an edge: its choice, the trials beyond, and what they say."""
+    rows = []
+    for name, found in record["methods"].items():
+        scored = {lr: accuracy for lr, accuracy in found["beyond"].items() if accuracy is not None}
+        best_lr = max(scored, key=scored.get, default=None)
+        gain = 100 * (scored[best_lr] - found["validation_accuracy"]) if best_lr is not None else None
+        verdict = (f"+{gain:.1f} at lr {best_lr}: tuned short of its best" if gain is not None and gain > 0
+                   else "the edge was its best")
+        rows.append({"method": name, "tuned lr": f"{found['lr']:g} (the grid's {found['edge']})",
+                     "validation": f"{100 * found['validation_accuracy']:.1f}",
+                     "beyond the edge": ", ".join(f"{lr}: " + ("diverged" if accuracy is None else f"{100 * accuracy:.1f}")
+                                                  for lr, accuracy in found["beyond"].items()),
+                     "verdict": verdict,
+                     **({"rerun of the tuned lr": f"{100 * found['rerun']:.1f}" if found["rerun"] is not None
+                         else "diverged"} if "rerun" in found else {})})
+    return markdown_table(rows) if rows else "every tuned lr lies inside the grid"
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("folders", nargs="+", type=Path, help="tuned comparisons' folders (results.json inside)")
+    parser.add_argument("--steps", type=int, default=2, help="at most this many lrs past each edge (default 2)")
+    parser.add_argument("--methods", nargs="+", help="only these methods (default: every one tuned at an edge)")
+    parser.add_argument("--recheck", action="store_true",
+                        help="also rerun each method's tuned lr, to see this code and machine give its trial again")
+    args = parser.parse_args(argv)
+    if args.steps < 1:
+        parser.error(f"--steps must be at least 1, got {args.steps}")
+    for folder in args.folders:
+        record = check_edges(folder, args.steps, args.methods, recheck=args.recheck)
+        print(f"{folder.name} (grid {record['grid']}):\n{edges_table(record)}\n")
+
+
+if __name__ == "__main__":
+    main()

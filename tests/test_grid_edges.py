@@ -1,0 +1,78 @@
+"""The grid-edge check: past a tuned comparison's edge choices, the trials its own rule would have run
+with a wider grid (tiny ViT, digits stream, CPU, seconds)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from avalanche_color.runner import RunConfig, run_comparison
+from avalanche_color.runner.comparison import Choice
+from benchmarks import grid_edges
+from benchmarks.grid_edges import beyond, check_edges, edges_table
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_the_steps_continue_the_grids_own_spacing():
+    default = [0.001, 0.003, 0.01, 0.03, 0.1]
+    assert beyond(default, -1, 2) == [0.0003, 0.0001]
+    assert beyond(default, 1, 3) == [0.3, 1.0, 3.0]
+    assert beyond([0.1, 0.01], -1, 2) == [0.001, 0.0001]  # any order, one ratio
+    assert beyond([0.001, 0.002, 0.01], 1, 1) == pytest.approx([0.0316228])  # no period: the geometric mean
+    with pytest.raises(ValueError, match=r"grid must hold at least two learning rates .*got \[0.1\]"):
+        beyond([0.1], 1, 1)
+
+
+def tuned(folder, backbone, grid, methods=("Naive", "NCM")):
+    config = RunConfig(benchmark="digits_class", methods=methods, epochs=1, batch_size=64, backbone=backbone,
+                       out=folder, ranks=(2,), loggers=(), tune="lr", lr_grid=grid, seeds=(0,), baseline_seeds=(0,))
+    return run_comparison(config, progress=False)
+
+
+def test_a_trial_past_the_edge_is_the_one_a_wider_grid_would_have_run(tiny_backbone, tmp_path):
+    result = tuned(tmp_path / "narrow", tiny_backbone, (0.003, 0.03))  # a two-value grid: both are edges
+    naive = result["tuning"]["choices"]["Naive"]
+    record = check_edges(tmp_path / "narrow", steps=1, scratch=tmp_path / "scratch", recheck=True, progress=False)
+    assert list(record["methods"]) == ["Naive"]  # NCM is not tuned
+    found = record["methods"]["Naive"]
+    step = 0.0003 if naive["lr"] == 0.003 else 0.3  # one ratio of 10
+    assert found["edge"] == ("lowest" if step < 0.003 else "highest") and list(found["beyond"]) == [f"{step:g}"]
+    wider = tuned(tmp_path / "wider", tiny_backbone, (step,), methods=("Naive",))
+    assert found["beyond"][f"{step:g}"] == wider["tuning"]["choices"]["Naive"]["trials"][f"{step:g}"]
+    assert found["rerun"] == naive["validation_accuracy"]  # the same code and machine: the comparison's trial again
+    assert json.loads((tmp_path / "narrow" / "grid_edges.json").read_text()) == record
+    assert "| Naive |" in edges_table(record)
+
+
+def test_it_goes_outwards_while_the_accuracy_rises_and_stops_where_it_falls(tiny_backbone, tmp_path, monkeypatch):
+    tuned(tmp_path / "narrow", tiny_backbone, (0.01, 0.03), methods=("Naive",))
+    choice = json.loads((tmp_path / "narrow" / "results.json").read_text())["tuning"]["choices"]["Naive"]
+    start = choice["validation_accuracy"]
+    scores = iter([start + 0.1, start + 0.2, start + 0.15, start + 0.3])
+    asked = []
+
+    def scripted(config, ready, attempt, progress):
+        (lr,) = config.lr_grid
+        asked.append(lr)
+        accuracy = next(scores)
+        return {"Naive": Choice(lr, accuracy, {lr: accuracy})}
+
+    monkeypatch.setattr(grid_edges, "tune_learning_rates", scripted)
+    record = check_edges(tmp_path / "narrow", steps=5, scratch=tmp_path / "scratch", progress=False)
+    assert len(asked) == 3  # rose, rose, fell: the third is past the best
+    assert list(record["methods"]["Naive"]["beyond"].values()) == pytest.approx([start + 0.1, start + 0.2,
+                                                                                start + 0.15])
+    assert f"+{100 * 0.2:.1f} at lr {asked[1]:g}" in edges_table(record)
+
+
+def test_a_folder_without_tuning_or_an_untuned_method_is_refused_by_name(tiny_backbone, tmp_path):
+    config = RunConfig(benchmark="digits_class", methods=("NCM",), epochs=1, batch_size=64, backbone=tiny_backbone,
+                       out=tmp_path / "untuned", loggers=(), seeds=(0,))
+    run_comparison(config, progress=False)
+    with pytest.raises(ValueError, match="holds no tuned comparison .* run it with --tune lr"):
+        check_edges(tmp_path / "untuned", progress=False)
+    tuned(tmp_path / "narrow", tiny_backbone, (0.01, 0.03), methods=("Naive",))
+    with pytest.raises(ValueError, match=r"methods \['EWC'\] were not tuned in .*: it tuned \['Naive'\]"):
+        check_edges(tmp_path / "narrow", methods=["EWC"], progress=False)
