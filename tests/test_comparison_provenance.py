@@ -72,11 +72,16 @@ def test_a_fresh_start_leaves_the_folder_as_it_was_until_it_completes_then_repla
     assert (tmp_path / "logs" / "Naive_seed0" / "log.txt").read_text() == "kept"
 
 
-def test_resuming_a_completed_comparison_carries_its_runs_into_the_attempt(tmp_path):
-    complete_attempt(tmp_path, start_attempt(tmp_path, record(), resume=False))
+def test_resuming_a_completed_comparison_carries_its_runs_and_tuning_trials_into_the_attempt(tmp_path):
+    attempt = start_attempt(tmp_path, record(), resume=False)
+    (attempt / "tuning" / "runs").mkdir(parents=True)
+    (attempt / "tuning" / "runs" / "CoLoR_lr=0_01_seed0.json").write_text("trial")
+    complete_attempt(tmp_path, attempt)
+    assert (tmp_path / "tuning" / "runs" / "CoLoR_lr=0_01_seed0.json").read_text() == "trial"
     (tmp_path / "runs" / "CoLoR_seed0.json").write_text("{}")
     attempt = start_attempt(tmp_path, record(), resume=True)
     assert (attempt / "runs" / "CoLoR_seed0.json").read_text() == "{}"
+    assert (attempt / "tuning" / "runs" / "CoLoR_lr=0_01_seed0.json").read_text() == "trial"
 
 
 def test_the_machine_line_names_the_vector_instructions_of_torchs_cpu_kernels():

@@ -155,6 +155,25 @@ def test_a_diverging_trial_loses_the_grid_goes_on_and_a_resume_keeps_it(tiny_bac
     assert "1e+09: diverged" in tuning_table(result["tuning"])
 
 
+def test_resuming_a_completed_tuned_comparison_trains_nothing_again(tiny_backbone, tmp_path, monkeypatch):
+    """The trials stay with the completed comparison: a --resume of it answers each from its record, where it
+    would otherwise run the whole grid again (hours on a real backbone)."""
+    import dataclasses
+
+    from avalanche_color.runner.methods import REGISTRY
+
+    config = RunConfig(benchmark="digits_class", methods=("Naive",), epochs=1, batch_size=64, backbone=tiny_backbone,
+                       out=tmp_path, loggers=(), tune="lr", lr_grid=(0.003, 0.03), seeds=(0,), baseline_seeds=(0,))
+    first = run_comparison(config, progress=False)
+
+    def trains(run, options):
+        raise AssertionError(f"trained again at lr {options['lr']}")
+
+    monkeypatch.setitem(REGISTRY, "Naive", dataclasses.replace(REGISTRY["Naive"], build=trains))
+    again = run_comparison(dataclasses.replace(config, resume=True), progress=False)
+    assert again["tuning"] == first["tuning"] and again["runs"] == first["runs"]
+
+
 def test_every_lr_diverging_is_refused_naming_the_grid_and_the_method(tiny_backbone, tmp_path):
     config = RunConfig(benchmark="digits_class", methods=("CoLoR",), epochs=1, batch_size=64, backbone=tiny_backbone,
                        out=tmp_path, ranks=(2,), loggers=(), tune="lr", lr_grid=(1e9,))

@@ -7,7 +7,7 @@ thread count (float sums depend on it). ``--resume`` reads finished runs back on
 these are the same. Results files and tables also name the machine a figure was made on
 (:func:`describe_machine`).
 
-Runs write into ``<folder>/attempt/`` (run records, checkpoints, logs). When every run
+Runs write into ``<folder>/attempt/`` (run records, checkpoints, ``--tune``'s trials, logs). When every run
 has finished, those replace the folder's own and the result files are written; an interrupted or
 failed comparison leaves the folder's earlier results as they were. W&B's files go to
 ``<folder>/wandb/`` directly, one folder per W&B run, so the path W&B prints stays valid after the
@@ -104,7 +104,9 @@ def describe_machine(device: str | torch.device) -> str:
 # ---------------------------------------------------------------------- the attempt folder
 
 ATTEMPT = "attempt"
-REPLACED = ("runs", "checkpoints")  # a comparison's own: replaced whole
+# A comparison's own, replaced whole. The tuning trials stay with the completed comparison, so that a
+# --resume of it reads them back where it would otherwise run every trial again.
+REPLACED = ("runs", "checkpoints", "tuning")
 MERGED = ("logs", "wandb")  # one entry per run (W&B: per run and attempt): replaced entry by entry
 
 
