@@ -5,6 +5,9 @@ and goes on outwards while the validation accuracy still rises.
 
     python -m benchmarks.grid_edges benchmarks/results/pacs_vit_ti [--steps 2] [--methods Naive EWC]
 
+It also reads a comparison still running (or interrupted) after its tuning: the methods whose every
+trial has finished, from the attempt folder, so that an edge shows before the seeds' runs are spent.
+
 The steps continue the grid's own spacing (the default 0.001, 0.003, ..., 0.1 continues with 0.0003,
 0.0001 below and 0.3, 1 above). A method that gains beyond the edge was tuned short of its best, and its
 row in the table is a lower bound; by how much shows on validation, not on the test set, as the rule
@@ -26,9 +29,9 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from avalanche_color import write_atomically
-from avalanche_color.runner.comparison import prepare, tune_learning_rates
+from avalanche_color.runner.comparison import RULE, best_lr, prepare, tune_learning_rates
 from avalanche_color.runner.config import RunConfig, RunConfigError
-from avalanche_color.runner.provenance import code_digest, describe_machine, start_attempt
+from avalanche_color.runner.provenance import ATTEMPT, code_digest, describe_machine, start_attempt
 from avalanche_color.runner.report import markdown_table
 from benchmarks import REPOSITORY
 
@@ -70,10 +73,41 @@ def edge_of(choice: dict[str, Any], grid: Sequence[float]) -> Optional[int]:
     return None
 
 
-def comparison_config(results: dict[str, Any], scratch: Path) -> RunConfig:
+def tuned_comparison(folder: Path) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """A tuned comparison's settings, tuning record and code digest: from results.json once it has
+    completed; before that from its attempt folder, with the methods whose every trial has finished (so
+    that edges show before the seeds' runs are spent on a choice at the grid's end)."""
+    results_file, attempt = folder / "results.json", folder / ATTEMPT
+    if results_file.is_file():
+        results = json.loads(results_file.read_text())
+        if not results.get("tuning"):
+            raise ValueError(f"{str(folder)!r} holds no tuned comparison (its results.json has no 'tuning': run "
+                             "it with --tune lr)")
+        return results["config"], results["tuning"], results["code"]
+    stamp = attempt / "runs" / "provenance.json"
+    if not stamp.is_file() or not (attempt / "tuning" / "runs").is_dir():
+        raise ValueError(f"{str(folder)!r} holds no tuned comparison: no results.json, and no attempt with tuning "
+                         "trials (run it with --tune lr)")
+    provenance = json.loads(stamp.read_text())
+    settings = provenance["settings"]
+    grid = settings["lr_grid"]
+    trials: dict[str, dict[float, Optional[float]]] = {}
+    for path in sorted((attempt / "tuning" / "runs").glob("*.json")):
+        trial = json.loads(path.read_text())
+        trials.setdefault(trial["method"], {})[trial["lr"]] = trial["average_accuracy"]
+    choices = {}
+    for name, found in trials.items():
+        best = best_lr(found)
+        if set(found) == set(grid) and best is not None:  # every trial finished
+            choices[name] = {"lr": best, "validation_accuracy": found[best],
+                             "trials": {f"{lr:g}": found[lr] for lr in grid}}
+    return settings, {"tuned": settings["tune"], "rule": RULE, "grid": grid, "choices": choices}, provenance["code"]
+
+
+def comparison_config(settings: dict[str, Any], scratch: Path) -> RunConfig:
     """The tuned comparison's settings, its trials written under ``scratch``."""
-    settings = {name: value for name, value in results["config"].items() if name not in NOT_SETTINGS}
-    return RunConfig(**{**settings, "out": scratch, "resume": True, "loggers": (), "wandb_project": None,
+    kept = {name: value for name, value in settings.items() if name not in NOT_SETTINGS}
+    return RunConfig(**{**kept, "out": scratch, "resume": True, "loggers": (), "wandb_project": None,
                         "seeds": (0,), "baseline_seeds": (0,)})
 
 
@@ -92,18 +126,14 @@ def check_edges(folder: Path, steps: int = 2, methods: Optional[Sequence[str]] =
     ``folder/grid_edges.json``) what each method scored beyond its edge. ``recheck`` also reruns the
     chosen lr's trial: equal to the comparison's where this code and machine compute as the comparison's did,
     so that the trials beyond compare with it."""
-    results = json.loads((folder / "results.json").read_text())
-    tuning = results.get("tuning")
-    if not tuning:
-        raise ValueError(f"{str(folder)!r} holds no tuned comparison (its results.json has no 'tuning': run it "
-                         "with --tune lr)")
+    settings, tuning, comparison_code = tuned_comparison(folder)
     grid = tuning["grid"]
     unknown = sorted(set(methods or ()) - set(tuning["choices"]))
     if unknown:
         raise ValueError(f"methods {unknown} were not tuned in {str(folder)!r}: it tuned {sorted(tuning['choices'])}")
     edges = {name: edge_of(choice, grid) for name, choice in tuning["choices"].items()
              if (methods is None or name in methods) and edge_of(choice, grid) is not None}
-    config = comparison_config(results, scratch or SCRATCH / folder.name)
+    config = comparison_config(settings, scratch or SCRATCH / folder.name)
     found: dict[str, Any] = {}
     ready: Any = None
     if edges:
@@ -130,7 +160,7 @@ def check_edges(folder: Path, steps: int = 2, methods: Optional[Sequence[str]] =
         if recheck:
             found[name]["rerun"] = score(choice["lr"])
     record = {"comparison": folder.name, "grid": grid, "steps": steps, "rule": tuning["rule"],
-              "code": code_digest(), "device": describe_machine(ready.device) if edges else None, "comparison_code": results["code"],
+              "code": code_digest(), "device": describe_machine(ready.device) if edges else None, "comparison_code": comparison_code,
               "methods": found}
     write_atomically(folder / "grid_edges.json", (json.dumps(record, indent=2) + "\n").encode())
     return record

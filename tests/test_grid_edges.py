@@ -76,3 +76,32 @@ def test_a_folder_without_tuning_or_an_untuned_method_is_refused_by_name(tiny_ba
     tuned(tmp_path / "narrow", tiny_backbone, (0.01, 0.03), methods=("Naive",))
     with pytest.raises(ValueError, match=r"methods \['EWC'\] were not tuned in .*: it tuned \['Naive'\]"):
         check_edges(tmp_path / "narrow", methods=["EWC"], progress=False)
+
+
+def test_a_comparison_interrupted_after_its_tuning_is_read_from_its_finished_trials(tiny_backbone, tmp_path,
+                                                                                    monkeypatch):
+    """Edges show before the seeds' runs are spent: the choices read from the attempt's trials are those the
+    completed comparison then reports."""
+    from avalanche_color.runner import comparison
+    from benchmarks.grid_edges import tuned_comparison
+
+    real = comparison.run_method
+
+    def interrupted(planned, benchmark, spec, backbone, config, device, folder, **options):
+        if folder.name == "attempt":  # a seed's run, after every trial (those run in attempt/tuning)
+            raise RuntimeError("interrupted after the tuning")
+        return real(planned, benchmark, spec, backbone, config, device, folder, **options)
+
+    monkeypatch.setattr(comparison, "run_method", interrupted)
+    with pytest.raises(RuntimeError, match="interrupted after the tuning"):
+        tuned(tmp_path / "running", tiny_backbone, (0.003, 0.03), methods=("Naive", "NCM"))
+    monkeypatch.undo()
+    settings, tuning, code = tuned_comparison(tmp_path / "running")
+    assert settings["lr_grid"] == [0.003, 0.03] and list(tuning["choices"]) == ["Naive"]
+    record = check_edges(tmp_path / "running", steps=1, scratch=tmp_path / "scratch", progress=False)
+    assert list(record["methods"]) == ["Naive"] and record["comparison_code"] == code
+
+    config = RunConfig(**{**settings, "methods": ("Naive", "NCM"), "out": tmp_path / "running", "loggers": (),
+                          "seeds": (0,), "baseline_seeds": (0,), "resume": True})
+    completed = run_comparison(config, progress=False)
+    assert completed["tuning"]["choices"] == tuning["choices"]

@@ -213,13 +213,19 @@ def tune_learning_rates(config: RunConfig, ready: Prepared, attempt: Path, progr
                 trials[lr] = trial(planned, benchmarks[entry.task_labels], ready, trial_config, attempt / "tuning",
                                    lr)
                 bar.update()
-            finished = [lr for lr in trials if trials[lr] is not None]
-            if not finished:
+            best = best_lr(trials)
+            if best is None:
                 raise FloatingPointError(f"every lr of --lr-grid {list(config.lr_grid)} diverged for {name} (a "
                                          f"non-finite loss): give smaller values")
-            best = max(finished, key=lambda lr: (trials[lr], -lr))
             choices[name] = Choice(best, trials[best], trials)
     return choices
+
+
+def best_lr(trials: dict[float, float | None]) -> float | None:
+    """The rule's choice among a method's trials (lr -> validation accuracy, None: diverged): the best
+    accuracy, ties to the smaller lr; None where every trial diverged."""
+    finished = [lr for lr, accuracy in trials.items() if accuracy is not None]
+    return max(finished, key=lambda lr: (trials[lr], -lr)) if finished else None
 
 
 def trial(planned: PlannedRun, benchmark: Any, ready: Prepared, config: RunConfig, folder: Path,
