@@ -11,11 +11,12 @@ trial has finished, from the attempt folder, so that an edge shows before the se
 The steps continue the grid's own spacing (the default 0.001, 0.003, ..., 0.1 continues with 0.0003,
 0.0001 below and 0.3, 1 above). A method that gains beyond the edge was tuned short of its best, and its
 row in the table is a lower bound; by how much shows on validation, not on the test set, as the rule
-itself. ``--recheck`` also reruns the tuned lr's trial: the same number again says this code and
-machine compute as the comparison's did. The comparison's settings (data from ``AVALANCHE_COLOR_DATA``, weights from
-``AVALANCHE_COLOR_MODELS`` where results.json names a file) and this code make the trials; the
-record says which code and machine. Trials resume: they live in ``runs/grid_edges/<folder name>/``.
-Writes ``grid_edges.json`` beside results.json and prints the table.
+itself. The comparison's settings (data from ``AVALANCHE_COLOR_DATA``, weights from
+``AVALANCHE_COLOR_MODELS`` where results.json names a file) and this code make the trials; the record
+says which code and machine. ``--recheck`` also reruns the tuned lr's trial: the same number again
+says this code and machine compute as the comparison's did, so the trials beyond compare with it
+exactly. Trials resume: they live in ``runs/grid_edges/<folder name>/``. Writes ``grid_edges.json``
+beside results.json and prints the table.
 """
 
 from __future__ import annotations
@@ -160,10 +161,14 @@ def check_edges(folder: Path, steps: int = 2, methods: Optional[Sequence[str]] =
         if recheck:
             found[name]["rerun"] = score(choice["lr"])
     record = {"comparison": folder.name, "grid": grid, "steps": steps, "rule": tuning["rule"],
-              "code": code_digest(), "device": describe_machine(ready.device) if edges else None, "comparison_code": comparison_code,
-              "methods": found}
+              "comparison_code": comparison_code, "code": code_digest(),
+              "device": describe_machine(ready.device) if edges else None, "methods": found}
     write_atomically(folder / "grid_edges.json", (json.dumps(record, indent=2) + "\n").encode())
     return record
+
+
+def percent(accuracy: Optional[float]) -> str:
+    return "diverged" if accuracy is None else f"{100 * accuracy:.1f}"
 
 
 def edges_table(record: dict[str, Any]) -> str:
@@ -171,17 +176,16 @@ def edges_table(record: dict[str, Any]) -> str:
     rows = []
     for name, found in record["methods"].items():
         scored = {lr: accuracy for lr, accuracy in found["beyond"].items() if accuracy is not None}
-        best_lr = max(scored, key=scored.get, default=None)
-        gain = 100 * (scored[best_lr] - found["validation_accuracy"]) if best_lr is not None else None
-        verdict = (f"+{gain:.1f} at lr {best_lr}: tuned short of its best" if gain is not None and gain > 0
-                   else "the edge was its best")
-        rows.append({"method": name, "tuned lr": f"{found['lr']:g} (the grid's {found['edge']})",
-                     "validation": f"{100 * found['validation_accuracy']:.1f}",
-                     "beyond the edge": ", ".join(f"{lr}: " + ("diverged" if accuracy is None else f"{100 * accuracy:.1f}")
-                                                  for lr, accuracy in found["beyond"].items()),
-                     "verdict": verdict,
-                     **({"rerun of the tuned lr": f"{100 * found['rerun']:.1f}" if found["rerun"] is not None
-                         else "diverged"} if "rerun" in found else {})})
+        best_beyond = max(scored, key=scored.__getitem__, default=None)
+        gain = None if best_beyond is None else 100 * (scored[best_beyond] - found["validation_accuracy"])
+        row = {"method": name, "tuned lr": f"{found['lr']:g} (the grid's {found['edge']})",
+               "validation": percent(found["validation_accuracy"]),
+               "beyond the edge": ", ".join(f"{lr}: {percent(accuracy)}" for lr, accuracy in found["beyond"].items()),
+               "verdict": (f"+{gain:.1f} at lr {best_beyond}: tuned short of its best" if gain is not None and gain > 0
+                           else "the edge was its best")}
+        if "rerun" in found:
+            row["tuned lr rerun"] = percent(found["rerun"])
+        rows.append(row)
     return markdown_table(rows) if rows else "every tuned lr lies inside the grid"
 
 
