@@ -148,23 +148,31 @@ def check_edges(folder: Path, steps: int = 2, methods: Optional[Sequence[str]] =
         attempt = start_attempt(config.output_folder, ready.record, resume=True)
     for name, direction in edges.items():
         choice = tuning["choices"][name]
-        best = choice["validation_accuracy"]
         score = functools.partial(trial_at, config, ready, attempt, name, progress=progress)
+        found[name] = {"edge": "lowest" if direction < 0 else "highest", "lr": choice["lr"],
+                       "validation_accuracy": choice["validation_accuracy"]}
+        if recheck:  # first, so that the trials beyond are held against a trial of the same code
+            found[name]["rerun"] = score(choice["lr"])
+        best = starting_point(found[name])
         trials: dict[str, Optional[float]] = {}
         for lr in beyond(grid, direction, steps):
             trials[f"{lr:g}"] = accuracy = score(lr)
             if accuracy is None or accuracy <= best:
                 break  # past the best: further out only falls
             best = accuracy
-        found[name] = {"edge": "lowest" if direction < 0 else "highest", "lr": choice["lr"],
-                       "validation_accuracy": choice["validation_accuracy"], "beyond": trials}
-        if recheck:
-            found[name]["rerun"] = score(choice["lr"])
+        found[name]["beyond"] = trials
     record = {"comparison": folder.name, "grid": grid, "steps": steps, "rule": tuning["rule"],
               "comparison_code": comparison_code, "code": code_digest(),
               "device": describe_machine(ready.device) if edges else None, "methods": found}
     write_atomically(folder / "grid_edges.json", (json.dumps(record, indent=2) + "\n").encode())
     return record
+
+
+def starting_point(found: dict[str, Any]) -> float:
+    """What the trials beyond must beat: the tuned lr's trial rerun by this code where it was (the same code
+    and machine), else the comparison's own."""
+    rerun = found.get("rerun")
+    return rerun if rerun is not None else found["validation_accuracy"]
 
 
 def percent(accuracy: Optional[float]) -> str:
@@ -177,14 +185,14 @@ def edges_table(record: dict[str, Any]) -> str:
     for name, found in record["methods"].items():
         scored = {lr: accuracy for lr, accuracy in found["beyond"].items() if accuracy is not None}
         best_beyond = max(scored, key=scored.__getitem__, default=None)
-        gain = None if best_beyond is None else 100 * (scored[best_beyond] - found["validation_accuracy"])
+        gain = None if best_beyond is None else 100 * (scored[best_beyond] - starting_point(found))
+        verdict = (f"+{gain:.1f} at lr {best_beyond}: tuned short of its best" if gain is not None and gain > 0
+                   else "the edge was its best")
+        rerun = {"tuned lr rerun": percent(found["rerun"])} if "rerun" in found else {}
+        trials = ", ".join(f"{lr}: {percent(accuracy)}" for lr, accuracy in found["beyond"].items())
         row = {"method": name, "tuned lr": f"{found['lr']:g} (the grid's {found['edge']})",
-               "validation": percent(found["validation_accuracy"]),
-               "beyond the edge": ", ".join(f"{lr}: {percent(accuracy)}" for lr, accuracy in found["beyond"].items()),
-               "verdict": (f"+{gain:.1f} at lr {best_beyond}: tuned short of its best" if gain is not None and gain > 0
-                           else "the edge was its best")}
-        if "rerun" in found:
-            row["tuned lr rerun"] = percent(found["rerun"])
+               "validation": percent(found["validation_accuracy"]), **rerun, "beyond the edge": trials,
+               "verdict": verdict}
         rows.append(row)
     return markdown_table(rows) if rows else "every tuned lr lies inside the grid"
 

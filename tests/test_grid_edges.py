@@ -105,3 +105,25 @@ def test_a_comparison_interrupted_after_its_tuning_is_read_from_its_finished_tri
                           "seeds": (0,), "baseline_seeds": (0,), "resume": True})
     completed = run_comparison(config, progress=False)
     assert completed["tuning"]["choices"] == tuning["choices"]
+
+
+def test_with_a_recheck_the_trials_beyond_are_held_against_the_rerun_of_the_same_code(tiny_backbone, tmp_path,
+                                                                                     monkeypatch):
+    tuned(tmp_path / "narrow", tiny_backbone, (0.01, 0.03), methods=("Naive",))
+    choice = json.loads((tmp_path / "narrow" / "results.json").read_text())["tuning"]["choices"]["Naive"]
+    start = choice["validation_accuracy"]
+    scores = iter([start - 0.1, start - 0.05, start - 0.08])  # rerun lower; the first step beats it, not start
+    asked = []
+
+    def scripted(config, ready, attempt, progress):
+        (lr,) = config.lr_grid
+        asked.append(lr)
+        accuracy = next(scores)
+        return {"Naive": Choice(lr, accuracy, {lr: accuracy})}
+
+    monkeypatch.setattr(grid_edges, "tune_learning_rates", scripted)
+    record = check_edges(tmp_path / "narrow", steps=5, scratch=tmp_path / "scratch", recheck=True, progress=False)
+    assert asked[0] == choice["lr"] and len(asked) == 3  # the rerun first, then beyond until it falls
+    found = record["methods"]["Naive"]
+    assert found["rerun"] == pytest.approx(start - 0.1)
+    assert f"+5.0 at lr {asked[1]:g}" in edges_table(record)
