@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from avalanche_color import write_atomically
-from avalanche_color.runner.comparison import RULE, best_lr, prepare, tune_learning_rates
+from avalanche_color.runner.comparison import Choice, best_lr, prepare, tune_learning_rates, tuning_record
 from avalanche_color.runner.config import RunConfig, RunConfigError
 from avalanche_color.runner.provenance import ATTEMPT, code_digest, describe_machine, start_attempt
-from avalanche_color.runner.report import markdown_table
+from avalanche_color.runner.report import grid_end, markdown_table, percent
 from benchmarks import REPOSITORY
 
 SCRATCH = REPOSITORY / "runs" / "grid_edges"
@@ -65,15 +65,6 @@ def beyond(grid: Sequence[float], direction: int, steps: int) -> list[float]:
     return values
 
 
-def edge_of(choice: dict[str, Any], grid: Sequence[float]) -> Optional[int]:
-    """-1 where a method's tuned lr is the grid's lowest, +1 its highest, None inside."""
-    if choice["lr"] == min(grid):
-        return -1
-    if choice["lr"] == max(grid):
-        return 1
-    return None
-
-
 def tuned_comparison(folder: Path) -> tuple[dict[str, Any], dict[str, Any], str]:
     """A tuned comparison's settings, tuning record and code digest: from results.json once it has
     completed; before that from its attempt folder, with the methods whose every trial has finished (so
@@ -100,16 +91,20 @@ def tuned_comparison(folder: Path) -> tuple[dict[str, Any], dict[str, Any], str]
     for name, found in trials.items():
         best = best_lr(found)
         if set(found) == set(grid) and best is not None:  # every trial finished
-            choices[name] = {"lr": best, "validation_accuracy": found[best],
-                             "trials": {f"{lr:g}": found[lr] for lr in grid}}
-    return settings, {"tuned": settings["tune"], "rule": RULE, "grid": grid, "choices": choices}, provenance["code"]
+            choices[name] = Choice(best, found[best], {lr: found[lr] for lr in grid})
+    return settings, tuning_record(settings_config(settings), choices), provenance["code"]
+
+
+def settings_config(settings: dict[str, Any], **changes: Any) -> RunConfig:
+    """A RunConfig of the settings a comparison recorded, with ``changes``."""
+    return RunConfig(**{**{name: value for name, value in settings.items() if name not in NOT_SETTINGS},
+                        **changes})
 
 
 def comparison_config(settings: dict[str, Any], scratch: Path) -> RunConfig:
     """The tuned comparison's settings, its trials written under ``scratch``."""
-    kept = {name: value for name, value in settings.items() if name not in NOT_SETTINGS}
-    return RunConfig(**{**kept, "out": scratch, "resume": True, "loggers": (), "wandb_project": None,
-                        "seeds": (0,), "baseline_seeds": (0,)})
+    return settings_config(settings, out=scratch, resume=True, loggers=(), wandb_project=None, seeds=(0,),
+                           baseline_seeds=(0,))
 
 
 def trial_at(config: RunConfig, ready: Any, attempt: Path, name: str, lr: float, progress: bool) -> Optional[float]:
@@ -132,8 +127,11 @@ def check_edges(folder: Path, steps: int = 2, methods: Optional[Sequence[str]] =
     unknown = sorted(set(methods or ()) - set(tuning["choices"]))
     if unknown:
         raise ValueError(f"methods {unknown} were not tuned in {str(folder)!r}: it tuned {sorted(tuning['choices'])}")
-    edges = {name: edge_of(choice, grid) for name, choice in tuning["choices"].items()
-             if (methods is None or name in methods) and edge_of(choice, grid) is not None}
+    if len(grid) < 2:
+        raise ValueError(f"{str(folder)!r} was tuned on a grid of one lr, {grid}: it has no spacing to continue")
+    ends = {name: grid_end(choice["lr"], grid) for name, choice in tuning["choices"].items()
+            if methods is None or name in methods}
+    edges = {name: end for name, end in ends.items() if end is not None}
     config = comparison_config(settings, scratch or SCRATCH / folder.name)
     found: dict[str, Any] = {}
     ready: Any = None
@@ -173,10 +171,6 @@ def starting_point(found: dict[str, Any]) -> float:
     and machine), else the comparison's own."""
     rerun = found.get("rerun")
     return rerun if rerun is not None else found["validation_accuracy"]
-
-
-def percent(accuracy: Optional[float]) -> str:
-    return "diverged" if accuracy is None else f"{100 * accuracy:.1f}"
 
 
 def edges_table(record: dict[str, Any]) -> str:

@@ -46,12 +46,15 @@ def test_a_trial_past_the_edge_is_the_one_a_wider_grid_would_have_run(tiny_backb
     assert "| Naive |" in edges_table(record)
 
 
-def test_it_goes_outwards_while_the_accuracy_rises_and_stops_where_it_falls(tiny_backbone, tmp_path, monkeypatch):
-    tuned(tmp_path / "narrow", tiny_backbone, (0.01, 0.03), methods=("Naive",))
-    choice = json.loads((tmp_path / "narrow" / "results.json").read_text())["tuning"]["choices"]["Naive"]
-    start = choice["validation_accuracy"]
-    scores = iter([start + 0.1, start + 0.2, start + 0.15, start + 0.3])
-    asked = []
+def tuned_naive(folder, backbone):
+    """A comparison of Naive alone tuned on a two-value grid, and its choice."""
+    tuned(folder, backbone, (0.01, 0.03), methods=("Naive",))
+    return json.loads((folder / "results.json").read_text())["tuning"]["choices"]["Naive"]
+
+
+def scripted_trials(monkeypatch, scores):
+    """Trials that score ``scores`` in turn in place of training; returns the lrs asked for, in order."""
+    scores, asked = iter(scores), []
 
     def scripted(config, ready, attempt, progress):
         (lr,) = config.lr_grid
@@ -60,6 +63,12 @@ def test_it_goes_outwards_while_the_accuracy_rises_and_stops_where_it_falls(tiny
         return {"Naive": Choice(lr, accuracy, {lr: accuracy})}
 
     monkeypatch.setattr(grid_edges, "tune_learning_rates", scripted)
+    return asked
+
+
+def test_it_goes_outwards_while_the_accuracy_rises_and_stops_where_it_falls(tiny_backbone, tmp_path, monkeypatch):
+    start = tuned_naive(tmp_path / "narrow", tiny_backbone)["validation_accuracy"]
+    asked = scripted_trials(monkeypatch, [start + 0.1, start + 0.2, start + 0.15, start + 0.3])
     record = check_edges(tmp_path / "narrow", steps=5, scratch=tmp_path / "scratch", progress=False)
     assert len(asked) == 3  # rose, rose, fell: the third is past the best
     assert list(record["methods"]["Naive"]["beyond"].values()) == pytest.approx([start + 0.1, start + 0.2,
@@ -73,7 +82,7 @@ def test_a_folder_without_tuning_or_an_untuned_method_is_refused_by_name(tiny_ba
     run_comparison(config, progress=False)
     with pytest.raises(ValueError, match="holds no tuned comparison .* run it with --tune lr"):
         check_edges(tmp_path / "untuned", progress=False)
-    tuned(tmp_path / "narrow", tiny_backbone, (0.01, 0.03), methods=("Naive",))
+    tuned_naive(tmp_path / "narrow", tiny_backbone)
     with pytest.raises(ValueError, match=r"methods \['EWC'\] were not tuned in .*: it tuned \['Naive'\]"):
         check_edges(tmp_path / "narrow", methods=["EWC"], progress=False)
 
@@ -109,19 +118,9 @@ def test_a_comparison_interrupted_after_its_tuning_is_read_from_its_finished_tri
 
 def test_with_a_recheck_the_trials_beyond_are_held_against_the_rerun_of_the_same_code(tiny_backbone, tmp_path,
                                                                                      monkeypatch):
-    tuned(tmp_path / "narrow", tiny_backbone, (0.01, 0.03), methods=("Naive",))
-    choice = json.loads((tmp_path / "narrow" / "results.json").read_text())["tuning"]["choices"]["Naive"]
+    choice = tuned_naive(tmp_path / "narrow", tiny_backbone)
     start = choice["validation_accuracy"]
-    scores = iter([start - 0.1, start - 0.05, start - 0.08])  # rerun lower; the first step beats it, not start
-    asked = []
-
-    def scripted(config, ready, attempt, progress):
-        (lr,) = config.lr_grid
-        asked.append(lr)
-        accuracy = next(scores)
-        return {"Naive": Choice(lr, accuracy, {lr: accuracy})}
-
-    monkeypatch.setattr(grid_edges, "tune_learning_rates", scripted)
+    asked = scripted_trials(monkeypatch, [start - 0.1, start - 0.05, start - 0.08])  # rerun lower; step 1 beats it
     record = check_edges(tmp_path / "narrow", steps=5, scratch=tmp_path / "scratch", recheck=True, progress=False)
     assert asked[0] == choice["lr"] and len(asked) == 3  # the rerun first, then beyond until it falls
     found = record["methods"]["Naive"]

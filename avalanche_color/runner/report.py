@@ -86,20 +86,35 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+GRID_ENDS = {-1: "the grid's lowest", 1: "the grid's highest"}
+
+
+def grid_end(lr: float, grid: Sequence[float]) -> Optional[int]:
+    """-1 where ``lr`` is the grid's lowest value, +1 its highest, None inside it (or in a grid of one value,
+    which has no end a better lr could lie beyond)."""
+    if len(grid) < 2:
+        return None
+    return -1 if lr == min(grid) else 1 if lr == max(grid) else None
+
+
+def percent(accuracy: Optional[float]) -> str:
+    """A trial's accuracy in %, or "diverged" where its training did."""
+    return "diverged" if accuracy is None else f"{100 * accuracy:.1f}"
+
+
 def tuning_table(tuning: dict[str, Any]) -> str:
     """What ``--tune`` chose (results.json's ``tuning``): each method's lr, its validation accuracy and
     every trial's, in %. A choice at either end of the grid is marked: the method's best may lie beyond it."""
     grid = tuning.get("grid") or []
-    ends = {min(grid): "the grid's lowest", max(grid): "the grid's highest"} if len(grid) > 1 else {}
+    ends = {method: grid_end(choice["lr"], grid) for method, choice in tuning["choices"].items()}
     rows = [{"method": method,
-             "lr chosen": f"{choice['lr']:g}" + (f" ({ends[choice['lr']]})" if choice["lr"] in ends else ""),
-             "validation accuracy": f"{100 * choice['validation_accuracy']:.1f}",
-             "trials (lr: validation accuracy)": ", ".join(
-                 f"{lr}: " + ("diverged" if accuracy is None else f"{100 * accuracy:.1f}")
-                 for lr, accuracy in choice["trials"].items())}
+             "lr chosen": f"{choice['lr']:g}" + (f" ({GRID_ENDS[ends[method]]})" if ends[method] else ""),
+             "validation accuracy": percent(choice["validation_accuracy"]),
+             "trials (lr: validation accuracy)": ", ".join(f"{lr}: {percent(accuracy)}"
+                                                           for lr, accuracy in choice["trials"].items())}
             for method, choice in tuning["choices"].items()]
     split = f"{tuning['held_out']:g} of each class held out, seed {tuning['seed']}"
-    at_an_end = [method for method, choice in tuning["choices"].items() if choice["lr"] in ends]
+    at_an_end = [method for method, end in ends.items() if end]
     beyond = (f"\n\n{', '.join(at_an_end)}: chosen at an end of the grid, so the best lr may lie beyond it "
               f"(`--lr-grid` tries others)." if at_an_end else "")
     return f"Learning rates chosen by `--tune {tuning['tuned']}` ({split}):\n\n{markdown_table(rows)}{beyond}"
