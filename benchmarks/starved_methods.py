@@ -160,13 +160,18 @@ def build(name: str, overrides: dict[str, Any], vit, config: RunConfig, num_clas
 @torch.no_grad()
 def adapted_features(model, x: torch.Tensor) -> torch.Tensor:
     """The features the model's head reads: a LoRA-sum model's pooled feature with every component summed in,
-    L2P's head input with the prompts each sample selects."""
+    L2P's head input with the prompts each sample selects, a fine-tuned timm ViT's pooled feature (the whole-ViT
+    baselines; FT-masked wraps it with its head in Avalanche's FeatureExtractorModel)."""
     if hasattr(model, "select_prompts"):
         x = backbone_images(model.backbone, x)
         return model.features(x, model.select_prompts(x)[1])
+    model = getattr(model, "feature_extractor", model)  # FeatureExtractorModel's .features is a tensor
     if hasattr(model, "features"):
         return model.features(x)
-    raise ValueError(f"--probe needs a model with features(x) (LoRA peers, L2P), got {type(model).__name__}")
+    if hasattr(model, "forward_head"):
+        return model.forward_head(model.forward_features(x), pre_logits=True)
+    raise ValueError(f"--probe needs a model with features(x) (LoRA peers, L2P) or a timm ViT, got "
+                     f"{type(model).__name__}")
 
 
 @torch.no_grad()
@@ -240,7 +245,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--recency", action="store_true", help="also print the recency share after each experience")
     parser.add_argument("--probe", action="store_true",
-                        help="also the nearest class mean on the adapted features at the end (LoRA peers, L2P)")
+                        help="also the nearest class mean on the adapted features at the end (LoRA peers, L2P, "
+                             "the whole-ViT baselines)")
     parser.add_argument("--json", type=Path, help="append each method's numbers to this file (JSON lines)")
     args = parser.parse_args(argv)
 
