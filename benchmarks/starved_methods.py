@@ -49,6 +49,7 @@ from avalanche.training.plugins import EvaluationPlugin
 from torch.utils.data import TensorDataset
 
 from avalanche_color import backbone_data_config
+from avalanche_color.baselines.training_free import pooled_features
 from avalanche_color.experts.routed_vit import backbone_images
 from avalanche_color.benchmarks.stream_building import subsample_per_class
 from avalanche_color.benchmarks.tiny_imagenet import FILE_NAME as TINY_FILE
@@ -169,7 +170,7 @@ def adapted_features(model, x: torch.Tensor) -> torch.Tensor:
     if hasattr(model, "features"):
         return model.features(x)
     if hasattr(model, "forward_head"):
-        return model.forward_head(model.forward_features(x), pre_logits=True)
+        return pooled_features(model, x)
     raise ValueError(f"--probe needs a model with features(x) (LoRA peers, L2P) or a timm ViT, got "
                      f"{type(model).__name__}")
 
