@@ -16,7 +16,8 @@ itself. The comparison's settings (data from ``AVALANCHE_COLOR_DATA``, weights f
 says which code and machine. ``--recheck`` also reruns the tuned lr's trial: the same number again
 says this code and machine compute as the comparison's did, so the trials beyond compare with it
 exactly. Trials resume: they live in ``runs/grid_edges/<folder name>/``. Writes ``grid_edges.json``
-beside results.json and prints the table.
+beside results.json (with ``--methods``, keeping what an earlier check found for the others; each
+entry names the code and machine that made it) and prints the table.
 """
 
 from __future__ import annotations
@@ -148,7 +149,8 @@ def check_edges(folder: Path, steps: int = 2, methods: Optional[Sequence[str]] =
         choice = tuning["choices"][name]
         score = functools.partial(trial_at, config, ready, attempt, name, progress=progress)
         found[name] = {"edge": "lowest" if direction < 0 else "highest", "lr": choice["lr"],
-                       "validation_accuracy": choice["validation_accuracy"]}
+                       "validation_accuracy": choice["validation_accuracy"], "code": code_digest(),
+                       "device": describe_machine(ready.device)}
         if recheck:  # first, so that the trials beyond are held against a trial of the same code
             found[name]["rerun"] = score(choice["lr"])
         best = starting_point(found[name])
@@ -160,10 +162,26 @@ def check_edges(folder: Path, steps: int = 2, methods: Optional[Sequence[str]] =
             best = accuracy
         found[name]["beyond"] = trials
     record = {"comparison": folder.name, "grid": grid, "steps": steps, "rule": tuning["rule"],
-              "comparison_code": comparison_code, "code": code_digest(),
-              "device": describe_machine(ready.device) if edges else None, "methods": found}
+              "comparison_code": comparison_code}
+    kept = earlier_check(folder, record)
+    record["methods"] = {name: found.get(name, kept.get(name)) for name in tuning["choices"]
+                         if name in found or name in kept}
     write_atomically(folder / "grid_edges.json", (json.dumps(record, indent=2) + "\n").encode())
     return record
+
+
+def earlier_check(folder: Path, record: dict[str, Any]) -> dict[str, Any]:
+    """What an earlier check of the same comparison (same grid, steps and comparison code) found, so that
+    checking some methods again keeps the others' entries. Each entry names the code and machine that made
+    it; records written before that named them once for all, and that is carried into each entry."""
+    path = folder / "grid_edges.json"
+    if not path.exists():
+        return {}
+    earlier = json.loads(path.read_text())
+    if any(earlier.get(key) != record[key] for key in ("comparison", "grid", "steps", "comparison_code")):
+        return {}
+    shared = {key: earlier[key] for key in ("code", "device") if key in earlier}
+    return {name: {**shared, **found} for name, found in earlier["methods"].items()}
 
 
 def starting_point(found: dict[str, Any]) -> float:

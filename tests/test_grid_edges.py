@@ -126,3 +126,26 @@ def test_with_a_recheck_the_trials_beyond_are_held_against_the_rerun_of_the_same
     found = record["methods"]["Naive"]
     assert found["rerun"] == pytest.approx(start - 0.1)
     assert f"+5.0 at lr {asked[1]:g}" in edges_table(record)
+
+
+def test_checking_one_method_again_keeps_what_an_earlier_check_found_for_the_others(tiny_backbone, tmp_path,
+                                                                                     monkeypatch):
+    folder = tmp_path / "narrow"
+    tuned(folder, tiny_backbone, (0.01, 0.03), methods=("Naive", "EWC"))
+    first = check_edges(folder, steps=1, scratch=tmp_path / "scratch", progress=False)
+    assert set(first["methods"]) == {"Naive", "EWC"}
+    assert all({"code", "device"} <= set(found) for found in first["methods"].values())
+    # a record written before each entry named its code and machine: they were named once, at the top
+    older = {**first, "code": "older code", "device": "older machine",
+             "methods": {name: {key: value for key, value in found.items() if key not in ("code", "device")}
+                         for name, found in first["methods"].items()}}
+    (folder / "grid_edges.json").write_text(json.dumps(older))
+    asked = scripted_trials(monkeypatch, [0.0])
+    again = check_edges(folder, steps=1, methods=["Naive"], scratch=tmp_path / "scratch", progress=False)
+    assert len(asked) == 1 and again["methods"]["Naive"]["beyond"] == {f"{asked[0]:g}": 0.0}
+    assert again["methods"]["EWC"] == {**older["methods"]["EWC"], "code": "older code", "device": "older machine"}
+    assert list(again["methods"]) == ["Naive", "EWC"]  # the comparison's order
+    # a check with other steps is another check: nothing earlier is kept
+    scripted_trials(monkeypatch, [0.0, 0.0])
+    other = check_edges(folder, steps=2, methods=["Naive"], scratch=tmp_path / "scratch", progress=False)
+    assert list(other["methods"]) == ["Naive"]
