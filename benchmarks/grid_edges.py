@@ -194,13 +194,14 @@ def starting_point(found: dict[str, Any]) -> float:
 def edges_table(record: dict[str, Any]) -> str:
     """One row per method tuned at an edge: its choice, the trials beyond, and what they say."""
     rows = []
+    reruns = any("rerun" in found for found in record["methods"].values())  # a partial recheck shows "-"
     for name, found in record["methods"].items():
         scored = {lr: accuracy for lr, accuracy in found["beyond"].items() if accuracy is not None}
         best_beyond = max(scored, key=scored.__getitem__, default=None)
         gain = None if best_beyond is None else 100 * (scored[best_beyond] - starting_point(found))
         verdict = (f"+{gain:.1f} at lr {best_beyond}: tuned short of its best" if gain is not None and gain > 0
                    else "the edge was its best")
-        rerun = {"tuned lr rerun": percent(found["rerun"])} if "rerun" in found else {}
+        rerun = {"tuned lr rerun": percent(found["rerun"]) if "rerun" in found else "-"} if reruns else {}
         trials = ", ".join(f"{lr}: {percent(accuracy)}" for lr, accuracy in found["beyond"].items())
         row = {"method": name, "tuned lr": f"{found['lr']:g} (the grid's {found['edge']})",
                "validation": percent(found["validation_accuracy"]), **rerun, "beyond the edge": trials,

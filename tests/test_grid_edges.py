@@ -145,6 +145,9 @@ def test_checking_one_method_again_keeps_what_an_earlier_check_found_for_the_oth
     assert len(asked) == 1 and again["methods"]["Naive"]["beyond"] == {f"{asked[0]:g}": 0.0}
     assert again["methods"]["EWC"] == {**older["methods"]["EWC"], "code": "older code", "device": "older machine"}
     assert list(again["methods"]) == ["Naive", "EWC"]  # the comparison's order
+    rechecked = {**again, "methods": {**again["methods"], "EWC": {**again["methods"]["EWC"], "rerun": 0.5}}}
+    assert "| tuned lr rerun |" in edges_table(rechecked)  # a partial recheck: the others' cells say "-"
+    assert edges_table(rechecked).splitlines()[2].split(" | ")[3] == "-"
     # a check with other steps is another check: nothing earlier is kept
     scripted_trials(monkeypatch, [0.0, 0.0])
     other = check_edges(folder, steps=2, methods=["Naive"], scratch=tmp_path / "scratch", progress=False)
