@@ -33,7 +33,7 @@ from typing import Any, Optional, Sequence
 from avalanche_color import write_atomically
 from avalanche_color.runner.comparison import Choice, best_lr, prepare, tune_learning_rates, tuning_record
 from avalanche_color.runner.config import RunConfig, RunConfigError
-from avalanche_color.runner.provenance import ATTEMPT, code_digest, describe_machine, start_attempt
+from avalanche_color.runner.provenance import ATTEMPT, describe_machine, start_attempt
 from avalanche_color.runner.report import grid_end, markdown_table, percent
 from benchmarks import REPOSITORY
 
@@ -145,12 +145,12 @@ def check_edges(folder: Path, steps: int = 2, methods: Optional[Sequence[str]] =
             raise ValueError(f"the trials in {str(config.output_folder)!r} were made by other code or settings "
                              "than this check's: remove that folder to run them again") from error
         attempt = start_attempt(config.output_folder, ready.record, resume=True)
+        made_by = {"code": ready.record["code"], "device": describe_machine(ready.device)}
     for name, direction in edges.items():
         choice = tuning["choices"][name]
         score = functools.partial(trial_at, config, ready, attempt, name, progress=progress)
         found[name] = {"edge": "lowest" if direction < 0 else "highest", "lr": choice["lr"],
-                       "validation_accuracy": choice["validation_accuracy"], "code": code_digest(),
-                       "device": describe_machine(ready.device)}
+                       "validation_accuracy": choice["validation_accuracy"], **made_by}
         if recheck:  # first, so that the trials beyond are held against a trial of the same code
             found[name]["rerun"] = score(choice["lr"])
         best = starting_point(found[name])
@@ -163,9 +163,8 @@ def check_edges(folder: Path, steps: int = 2, methods: Optional[Sequence[str]] =
         found[name]["beyond"] = trials
     record = {"comparison": folder.name, "grid": grid, "steps": steps, "rule": tuning["rule"],
               "comparison_code": comparison_code}
-    kept = earlier_check(folder, record)
-    record["methods"] = {name: found.get(name, kept.get(name)) for name in tuning["choices"]
-                         if name in found or name in kept}
+    checked = {**earlier_check(folder, record), **found}
+    record["methods"] = {name: checked[name] for name in tuning["choices"] if name in checked}
     write_atomically(folder / "grid_edges.json", (json.dumps(record, indent=2) + "\n").encode())
     return record
 
