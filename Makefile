@@ -146,6 +146,73 @@ benchmarks-vit-ti-tiny: $(STAMP)
 		--name split_tiny_imagenet_vit_ti_peers
 	$(GRID_EDGES) benchmarks/results/split_tiny_imagenet_vit_ti benchmarks/results/split_tiny_imagenet_vit_ti_peers
 
+# The paper's headline at the paper's budget (docs/benchmarks/budget.md): the paper's protocol (--preset paper: SGD
+# with cosine per experience, weight decay 2e-4, batch 128, rank 64, k 5 or 20, RandomResizedCrop and flip) on the
+# ImageNet ViT-Ti at 112 px, every training image of PACS, 100 per class of Split Tiny-ImageNet, from 2 to 50 epochs
+# per experience. One tuning rule: each method's lr chosen at 5 epochs (--tune lr over BUDGET_GRID, on the validation
+# split), carried to every other budget (--lr-from; a CoLoR variant takes CoLoR's). Each point is one folder per lane
+# under benchmarks/results/<benchmark>_budget/; `python -m benchmarks.reporting.budget_curves` tables and plots them.
+# Lanes, one per core, each resumable (--resume, and a checkpoint after every epoch): about 30 CPU hours in all,
+# in the order the lanes list them. Run them from a worktree at a commit of main (results.json names it).
+BUDGET_GRID := --lr-grid 0.003 0.01 0.03
+BUDGET_VIT_TI := --preset paper --backbone vit_tiny_patch16_224-imagenet.safetensors --architecture vit_tiny_patch16_224 \
+	--image-size 112 --loggers --seeds 0 --baseline-seeds 0 --resume --checkpoint-epochs 1
+BUDGET_PACS := OMP_NUM_THREADS=1 $(VENV)/bin/python -m avalanche_color.runner compare --benchmark pacs $(BUDGET_VIT_TI) \
+	--out-dir benchmarks/results/pacs_budget
+BUDGET_TINY := OMP_NUM_THREADS=1 $(VENV)/bin/python -m avalanche_color.runner compare --benchmark split_tiny_imagenet \
+	--train-per-class 100 $(BUDGET_VIT_TI) --out-dir benchmarks/results/split_tiny_imagenet_budget
+PACS_TUNED := benchmarks/results/pacs_budget/e05_
+TINY_TUNED := benchmarks/results/split_tiny_imagenet_budget/e05_
+BUDGET_PEERS := CL-LoRA LoRA-Sub SD-LoRA Joint-LoRA
+BUDGET_BASELINES := Naive Replay NCM RanPAC
+.PHONY: budget-pacs-color budget-pacs-s-prompts budget-pacs-peers budget-pacs-baselines budget-tiny-color \
+	budget-tiny-s-prompts budget-tiny-others
+
+# Lane 1: CoLoR at rank 64 (the paper's) and 8 (the ViT-Ti tables'), then its routers' variants at 20 epochs.
+budget-pacs-color: $(STAMP)
+	$(BUDGET_PACS) --methods CoLoR --rank 64 8 --epochs 5 --tune lr $(BUDGET_GRID) --name e05_color
+	$(BUDGET_PACS) --methods CoLoR --rank 64 8 --epochs 2 --lr-from $(PACS_TUNED)color --name e02_color
+	$(BUDGET_PACS) --methods CoLoR --rank 64 8 --epochs 20 --lr-from $(PACS_TUNED)color --name e20_color
+	$(BUDGET_PACS) --methods CoLoR --rank 64 --epochs 10 --lr-from $(PACS_TUNED)color --name e10_color
+	$(BUDGET_PACS) --methods CoLoR --rank 64 --epochs 50 --lr-from $(PACS_TUNED)color --name e50_color
+	$(BUDGET_PACS) --methods CoLoR-oracle CoLoR-gaussian --rank 64 --epochs 20 --lr-from $(PACS_TUNED)color \
+		--name e20_color_routers
+
+# Lane 2: S-Prompts, the paper's rival, at every budget.
+budget-pacs-s-prompts: $(STAMP)
+	$(BUDGET_PACS) --methods S-Prompts --epochs 5 --tune lr $(BUDGET_GRID) --name e05_s_prompts
+	$(BUDGET_PACS) --methods S-Prompts --epochs 2 --lr-from $(PACS_TUNED)s_prompts --name e02_s_prompts
+	$(BUDGET_PACS) --methods S-Prompts --epochs 20 --lr-from $(PACS_TUNED)s_prompts --name e20_s_prompts
+	$(BUDGET_PACS) --methods S-Prompts --epochs 10 --lr-from $(PACS_TUNED)s_prompts --name e10_s_prompts
+	$(BUDGET_PACS) --methods S-Prompts --epochs 50 --lr-from $(PACS_TUNED)s_prompts --name e50_s_prompts
+
+# Lanes 3 and 4: the LoRA peers and the shared-model and training-free baselines, tuned at 5 epochs, then at 20.
+budget-pacs-peers: $(STAMP)
+	$(BUDGET_PACS) --methods $(BUDGET_PEERS) --rank 64 --epochs 5 --tune lr $(BUDGET_GRID) --name e05_peers
+	$(BUDGET_PACS) --methods $(BUDGET_PEERS) --rank 64 --epochs 20 --lr-from $(PACS_TUNED)peers --name e20_peers
+
+budget-pacs-baselines: $(STAMP)
+	$(BUDGET_PACS) --methods $(BUDGET_BASELINES) --epochs 5 --tune lr $(BUDGET_GRID) --name e05_baselines
+	$(BUDGET_PACS) --methods Naive Replay --epochs 20 --lr-from $(PACS_TUNED)baselines --name e20_baselines
+
+# Split Tiny-ImageNet: CoLoR and S-Prompts at 2, 5 and 10 epochs, the others at 5 and 10.
+budget-tiny-color: $(STAMP)
+	$(BUDGET_TINY) --methods CoLoR --rank 64 8 --epochs 5 --tune lr $(BUDGET_GRID) --name e05_color
+	$(BUDGET_TINY) --methods CoLoR CoLoR-oracle CoLoR-gaussian --rank 64 --epochs 10 --lr-from $(TINY_TUNED)color \
+		--name e10_color
+	$(BUDGET_TINY) --methods CoLoR --rank 64 --epochs 2 --lr-from $(TINY_TUNED)color --name e02_color
+
+budget-tiny-s-prompts: $(STAMP)
+	$(BUDGET_TINY) --methods S-Prompts --epochs 5 --tune lr $(BUDGET_GRID) --name e05_s_prompts
+	$(BUDGET_TINY) --methods S-Prompts --epochs 10 --lr-from $(TINY_TUNED)s_prompts --name e10_s_prompts
+	$(BUDGET_TINY) --methods S-Prompts --epochs 2 --lr-from $(TINY_TUNED)s_prompts --name e02_s_prompts
+
+budget-tiny-others: $(STAMP)
+	$(BUDGET_TINY) --methods $(BUDGET_PEERS) --rank 64 --epochs 5 --tune lr $(BUDGET_GRID) --name e05_peers
+	$(BUDGET_TINY) --methods $(BUDGET_BASELINES) --epochs 5 --tune lr $(BUDGET_GRID) --name e05_baselines
+	$(BUDGET_TINY) --methods $(BUDGET_PEERS) Naive Replay --rank 64 --epochs 10 --lr-from $(TINY_TUNED)peers $(TINY_TUNED)baselines \
+		--name e10_others
+
 # Speed and memory ratios (benchmarks/results/perf.md); peft only as a point of comparison.
 perf: $(STAMP)
 	$(VENV)/bin/python -m pip install -c constraints.txt -e '.[test,benchmarks,perf]'

@@ -190,11 +190,23 @@ def test_paper_preset_settings_and_explicit_flags_over_them(monkeypatch):
     assert (configs[-1].preset, configs[-1].ranks, configs[-1].weight_decay) == (None, (8,), None)
 
 
+def test_the_paper_preset_gives_the_offline_streams_the_protocol_of_the_papers_benchmark_of_their_kind():
+    pacs = RunConfig.from_preset("paper", benchmark="pacs", backbone="offline")
+    tiny = RunConfig.from_preset("paper", benchmark="split_tiny_imagenet", epochs=10)
+    for config, benchmark in ((pacs, "domainnet"), (tiny, "split_cifar100")):
+        paper = PAPER[benchmark]
+        assert (config.ranks, config.ks, config.batch_size, config.weight_decay, config.color_lr) == (
+            paper["ranks"], paper["ks"], paper["batch_size"], paper["weight_decay"], paper["color_lr"])
+        assert config.augmentation == "paper" and config.normalisation == "backbone"
+    assert (pacs.epochs, pacs.backbone, tiny.epochs) == (50, "offline", 10)
+
+
 def test_a_benchmark_without_the_preset_is_refused():
     with pytest.raises(SystemExit) as refused:
-        command_line.main(["compare", "--benchmark", "pacs", "--preset", "paper"])
+        command_line.main(["compare", "--benchmark", "digits_class", "--preset", "paper"])
     assert str(refused.value) == ("avalanche-color compare: error: --preset paper: has no settings for benchmark "
-                                  "'pacs': it has them for ['core50', 'domainnet', 'split_cifar100']")
+                                  "'digits_class': it has them for ['core50', 'domainnet', 'pacs', "
+                                  "'split_cifar100', 'split_tiny_imagenet']")
     with pytest.raises(RunConfigError, match="no settings for benchmark 'digits_class'"):
         RunConfig.from_preset("paper", benchmark="digits_class")
 

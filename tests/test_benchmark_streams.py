@@ -521,3 +521,31 @@ def test_a_damaged_zip_is_refused_naming_its_path(tmp_path):
     damaged.write_bytes(b"PK\x03\x04 and then nothing a zip reader can use")
     with pytest.raises(ValueError, match=f"data path '{damaged}' is not a readable zip file"):
         Archive(damaged)
+
+
+def test_the_offline_streams_take_the_papers_augmentation_and_the_digits_refuse_it(pacs_zip, tmp_path, monkeypatch):
+    from torchvision.transforms import v2
+
+    from avalanche_color.benchmarks.transforms import offline_transforms
+
+    monkeypatch.setattr(avalanche_color.benchmarks.archives, "CACHE_DIR", tmp_path)
+    paper_train, paper_eval = offline_transforms("paper", SIZE, **NORM)
+    assert isinstance(paper_train.transforms[1], v2.RandomResizedCrop)
+    assert [type(step) for step in paper_eval.transforms[1:3]] == [v2.Resize, v2.CenterCrop]
+    assert isinstance(offline_transforms("light", SIZE, **NORM)[0].transforms[2], v2.RandomCrop)
+    with pytest.raises(ValueError, match=r"augmentation must be one of \('light', 'paper'\), got 'heavy'"):
+        offline_transforms("heavy", SIZE, **NORM)
+
+    def first_test_image(augmentation):
+        request = StreamRequest(SIZE, data=pacs_zip, augmentation=augmentation, **NORM)
+        return benchmark_spec("pacs").stream(request).test_stream[0].dataset[0][0]
+
+    light, paper = first_test_image(None), first_test_image("paper")
+    assert light.shape == paper.shape == (3, SIZE, SIZE)
+    assert torch.equal(first_test_image("light"), light)  # the benchmark's own is the light one
+    assert not torch.equal(light, paper)  # the paper's evaluation resizes by 256/224 and crops the centre
+    with pytest.raises(ValueError, match="augmentation is not supported for digits_class, whose images go to the "
+                                         "backbone as they are, got 'paper'"):
+        benchmark_spec("digits_class").stream(StreamRequest(SIZE, augmentation="paper", **NORM))
+    with pytest.raises(ValueError, match=r"augmentation must be one of \['paper'\] for domainnet, got 'light'"):
+        benchmark_spec("domainnet").stream(StreamRequest(SIZE, augmentation="light", **NORM))

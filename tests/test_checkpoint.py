@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from avalanche_color import CheckpointError, ResumePlugin, read_checkpoint, train_stream
+from avalanche_color import CheckpointError, ResumePlugin, SPrompts, read_checkpoint, train_stream
 from avalanche_color.training.resume import read_header
 from checkpointed_run import KILL_IN_EXPERIENCE, run
-from helpers import tiny_color
+from helpers import quiet_evaluator, tiny_color, tiny_vit
 from streams import class_stream
 
 TESTS = Path(__file__).parent
@@ -182,6 +182,25 @@ def test_an_exception_mid_experience_then_resume_equals_an_uninterrupted_run(tmp
     resumed = strategy()
     assert train_stream(resumed, benchmark, checkpoint=path, every_n_epochs=1) == expected
     assert same_state(resumed.model.experts_state_dict(), full_state)
+
+
+def test_s_prompts_resumes_mid_experience_as_if_uninterrupted(tmp_path):
+    # The runner checkpoints S-Prompts as CoLoR (its long runs span sessions): the shared template's resume.
+    def strategy(*plugins):
+        return SPrompts(tiny_vit(0), prompt_length=2, k=2, lr=0.05, train_epochs=3, train_mb_size=10,
+                        eval_mb_size=64, evaluator=quiet_evaluator(), plugins=list(plugins))
+
+    benchmark = class_stream(num_experiences=3, per_class=10)
+    torch.manual_seed(0)
+    expected = train_stream(strategy(), benchmark, checkpoint=tmp_path / "full.ckpt", every_n_epochs=1)
+    path = tmp_path / "crashed.ckpt"
+    torch.manual_seed(0)
+    with pytest.raises(KeyboardInterrupt):
+        train_stream(strategy(CrashAfter(experience=1, epochs=2)), benchmark, checkpoint=path, every_n_epochs=1)
+    torch.manual_seed(123)
+    resumed = strategy()
+    assert train_stream(resumed, benchmark, checkpoint=path, every_n_epochs=1) == expected
+    assert same_state(resumed.model.experts_state_dict(), read_checkpoint(tmp_path / "full.ckpt").experts)
 
 
 def test_sigkill_inside_experience_3_then_resume_gives_the_uninterrupted_results(tmp_path):

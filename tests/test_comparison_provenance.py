@@ -4,6 +4,7 @@ fresh start works in an attempt folder and replaces the folder's results only wh
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 import torch
@@ -102,3 +103,26 @@ def test_an_attempt_holding_only_tuning_trials_is_refused_under_other_settings_n
         check_folder(tmp_path, record(epochs=3), resume=True)
     assert start_attempt(tmp_path, record(epochs=2), resume=True) == attempt
     assert (attempt / "tuning" / "runs" / "CoLoR_lr=0_01_seed0.json").exists()  # its trials are kept
+
+
+def test_results_name_the_git_commit_of_the_code_and_whether_it_was_changed(tmp_path):
+    from avalanche_color.runner.provenance import code_commit
+
+    package = tmp_path / "repo" / "package"
+    package.mkdir(parents=True)
+    (package / "module.py").write_text("x = 1\n")
+    assert code_commit(package) is None  # not in a git work tree (an installed wheel)
+
+    def git(*arguments: str) -> str:
+        return subprocess.run(["git", "-C", str(tmp_path / "repo"), "-c", "user.name=t", "-c", "user.email=t@t",
+                               *arguments], capture_output=True, text=True, check=True).stdout.strip()
+
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "first")
+    assert code_commit(package) == git("rev-parse", "HEAD")
+    (tmp_path / "repo" / "elsewhere.py").write_text("y = 2\n")  # outside the package: not its code
+    git("add", "elsewhere.py")
+    assert code_commit(package) == git("rev-parse", "HEAD")
+    (package / "module.py").write_text("x = 2\n")
+    assert code_commit(package) == git("rev-parse", "HEAD") + "+changes"

@@ -179,3 +179,33 @@ def test_every_lr_diverging_is_refused_naming_the_grid_and_the_method(tiny_backb
                        out=tmp_path, ranks=(2,), loggers=(), tune="lr", lr_grid=(1e9,))
     with pytest.raises(FloatingPointError, match=r"every lr of --lr-grid \[1000000000\.0\] diverged for CoLoR"):
         run_comparison(config, progress=False)
+
+
+def test_lr_from_carries_each_tuned_choice_to_another_budget_and_colors_to_its_variants(tiny_backbone, tmp_path):
+    tuned = tmp_path / "tuned"
+    settings = dict(benchmark="digits_class", batch_size=64, backbone=tiny_backbone, ranks=(2,), loggers=())
+    first = run_comparison(RunConfig(**settings, methods=("CoLoR", "Naive"), epochs=1, out=tuned, tune="lr",
+                                     lr_grid=(0.001, 0.1)), progress=False)
+    choices = first["tuning"]["choices"]
+    carried = run_comparison(RunConfig(**settings, methods=("CoLoR", "CoLoR-oracle", "Naive", "EWC", "NCM"),
+                                       epochs=2, out=tmp_path / "longer", lr_from=(tuned,)), progress=False)
+    runs = {run["label"]: run for run in carried["runs"]}
+    for name, source in (("CoLoR", "CoLoR"), ("CoLoR-oracle", "CoLoR"), ("Naive", "Naive")):
+        assert runs[name]["lr"] == choices[source]["lr"]
+        assert runs[name]["lr_chosen_by"].startswith("--lr-from tuned (1 epochs, batch 64")
+    assert runs["CoLoR-oracle"]["lr_chosen_by"] != runs["CoLoR"]["lr_chosen_by"]  # says whose choice it is
+    assert runs["EWC"]["lr"] == 0.01 and runs["EWC"]["lr_chosen_by"].startswith("--baseline-lr")  # tuned nowhere
+    assert carried["config"]["lr_from"] == [str(tuned)]
+
+
+def test_lr_from_refuses_a_folder_that_was_not_tuned_or_with_tune_before_writing(tiny_backbone, tmp_path):
+    untuned = tmp_path / "untuned"
+    settings = dict(benchmark="digits_class", backbone=tiny_backbone, loggers=(), epochs=1, methods=("NCM",))
+    run_comparison(RunConfig(**settings, out=untuned), progress=False)
+    for source, message in ((untuned, "must be a comparison run with --tune lr"),
+                            (tmp_path / "absent", "must be a finished comparison's folder")):
+        with pytest.raises(RunConfigError, match=message):
+            run_comparison(RunConfig(**settings, out=tmp_path / "new", lr_from=(source,)), progress=False)
+        assert not (tmp_path / "new").exists()
+    with pytest.raises(RunConfigError, match="lr_from cannot be given with --tune lr"):
+        RunConfig(**settings, out=tmp_path / "new", lr_from=(untuned,), tune="lr")

@@ -19,7 +19,7 @@ from avalanche_color.benchmarks.archives import Archive, cache_folder, cached, d
 from avalanche_color.benchmarks.stream_building import (DEFAULT_MEAN, DEFAULT_STD, check_domains, check_seed,
                                                         generic_benchmark, stratified_split, subsample_per_class,
                                                         task_labels_of)
-from avalanche_color.benchmarks.transforms import vit_transforms
+from avalanche_color.benchmarks.transforms import Augmentation, offline_transforms
 
 PACS_FILE = "pacs-64px.zip"
 PACS_SOURCE = "PACS is published at https://domaingeneralization.github.io/#data (read here in its own layout)"
@@ -42,6 +42,7 @@ def pacs(
     cache_dir: Optional[Path] = None,
     interpolation: str = "bilinear",
     train_per_class: Optional[int] = None,
+    augmentation: Augmentation = "light",
 ):
     """PACS as a domain-incremental stream: experience i is ``domains[i]`` with all 7 classes.
 
@@ -56,6 +57,9 @@ def pacs(
         task_labels: experience i carries task label i (else 0 throughout).
         cache_dir: where the decoded images are cached (None: ``avalanche_color.benchmarks.archives.CACHE_DIR``).
         interpolation: how images are resized, the backbone's (timm's name: bilinear, bicubic, ...).
+        augmentation: the training augmentation: ``"light"`` (resize, pad-and-crop, flip; evaluation resizes),
+            or ``"paper"``, the paper's (S-Prompts') RandomResizedCrop and flip, with evaluation's Resize
+            and CenterCrop (:mod:`avalanche_color.benchmarks.transforms`).
         train_per_class: keep at most this many training images of each class in each domain (a random
             subset drawn with the split's seed, for cheaper CPU runs); None keeps all. The test split is
             the same either way.
@@ -70,7 +74,7 @@ def pacs(
     if train_per_class is not None and (isinstance(train_per_class, bool) or not isinstance(train_per_class, int)
                                         or train_per_class < 1):
         raise ValueError(f"train_per_class must be a positive int or None, got {train_per_class!r}")
-    train_transform, eval_transform = vit_transforms(image_size, mean, std, interpolation)
+    train_transform, eval_transform = offline_transforms(augmentation, image_size, mean, std, interpolation)
     path = data_path(path, PACS_FILE, "PACS", PACS_SOURCE)
     data = load_pacs(path, image_size=image_size, cache_dir=cache_dir, interpolation=interpolation)
     train, test = [], []

@@ -32,6 +32,8 @@ class StreamRequest:
         task_labels: experience i gets task label i (for oracle routing).
         train_per_class: a seeded subsample of each class's training images (cheaper CPU runs),
             where the benchmark supports it; None: all.
+        augmentation: the offline streams' training augmentation, ``"light"`` or ``"paper"``
+            (:mod:`~avalanche_color.benchmarks.transforms`); None: the benchmark's own.
     """
 
     image_size: int
@@ -42,6 +44,7 @@ class StreamRequest:
     task_labels: bool = False
     train_per_class: Optional[int] = None
     interpolation: str = "bilinear"
+    augmentation: Optional[str] = None
 
     @property
     def images(self) -> dict[str, Any]:
@@ -69,6 +72,9 @@ class BenchmarkSpec:
     paired_test_stream: bool = True
     data: DataUse = "optional"
     subsample: bool = False  # takes train_per_class
+    # The augmentations it takes (the first is its own): the offline streams either, the paper's streams
+    # S-Prompts' alone, the digits none (their 16 px images go to the backbone as they are).
+    augmentations: tuple[str, ...] = ()
 
     def stream(self, request: StreamRequest) -> Any:
         """The benchmark's stream for ``request`` (an Avalanche benchmark with train and test streams)."""
@@ -76,22 +82,38 @@ class BenchmarkSpec:
             raise ValueError(f"train_per_class is only supported for "
                              f"{', '.join(name for name, spec in BENCHMARKS.items() if spec.subsample)}, "
                              f"not {self.name}")
+        problem = self.augmentation_problem(request.augmentation)
+        if problem:
+            raise ValueError(f"augmentation {problem}, got {request.augmentation!r}")
         if self.data == "required":
             _required(request.data, self.name)
         return self.build(request)
+
+    def augmentation_problem(self, augmentation: Optional[str]) -> Optional[str]:
+        """What is wrong with ``augmentation`` for this benchmark (None: it takes it, or None for its own)."""
+        if augmentation is None or augmentation in self.augmentations:
+            return None
+        if not self.augmentations:
+            return f"is not supported for {self.name}, whose images go to the backbone as they are"
+        return f"must be one of {list(self.augmentations)} for {self.name}"
+
+
+OFFLINE_AUGMENTATIONS = ("light", "paper")  # avalanche_color.benchmarks.transforms.AUGMENTATIONS, without torch
+PAPER_AUGMENTATION = ("paper",)
 
 
 def _pacs(request: StreamRequest):
     from avalanche_color.benchmarks.pacs import pacs
     return pacs(*request.paths, seed=request.seed, task_labels=request.task_labels,
-                interpolation=request.interpolation, train_per_class=request.train_per_class, **request.images)
+                interpolation=request.interpolation, train_per_class=request.train_per_class,
+                augmentation=request.augmentation or "light", **request.images)
 
 
 def _split_tiny_imagenet(request: StreamRequest):
     from avalanche_color.benchmarks.tiny_imagenet import split_tiny_imagenet
     return split_tiny_imagenet(*request.paths, seed=request.seed, task_labels=request.task_labels,
                                train_per_class=request.train_per_class, interpolation=request.interpolation,
-                               **request.images)
+                               augmentation=request.augmentation or "light", **request.images)
 
 
 def _split_cifar100(request: StreamRequest):
@@ -118,15 +140,16 @@ def _digits(kind: Scenario):
 
 
 BENCHMARKS: dict[str, BenchmarkSpec] = {spec.name: spec for spec in (
-    BenchmarkSpec("pacs", "domain-incremental", 7, 5, "offline", _pacs, True, subsample=True),
+    BenchmarkSpec("pacs", "domain-incremental", 7, 5, "offline", _pacs, True, subsample=True,
+                  augmentations=OFFLINE_AUGMENTATIONS),
     BenchmarkSpec("split_tiny_imagenet", "class-incremental", 100, 20, "offline", _split_tiny_imagenet, True,
-                  subsample=True),
+                  subsample=True, augmentations=OFFLINE_AUGMENTATIONS),
     BenchmarkSpec("split_cifar100", "class-incremental", 100, 20, "vit_base_patch16_224.augreg_in21k",
-                  _split_cifar100, False, data="required"),
+                  _split_cifar100, False, data="required", augmentations=PAPER_AUGMENTATION),
     BenchmarkSpec("core50", "domain-incremental", 50, 5, "vit_base_patch16_224.augreg_in21k", _core50, False,
-                  paired_test_stream=False, data="required"),
+                  paired_test_stream=False, data="required", augmentations=PAPER_AUGMENTATION),
     BenchmarkSpec("domainnet", "domain-incremental", 345, 5, "vit_base_patch16_224.augreg_in21k", _domainnet, False,
-                  data="required"),
+                  data="required", augmentations=PAPER_AUGMENTATION),
     BenchmarkSpec("digits_class", "class-incremental", 10, 4, "digits", _digits("class-incremental"), True,
                   data="none"),
     BenchmarkSpec("digits_domain", "domain-incremental", 10, 5, "digits", _digits("domain-incremental"), True,

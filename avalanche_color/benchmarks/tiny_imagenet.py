@@ -28,7 +28,7 @@ from torch.utils.data import TensorDataset
 
 from avalanche_color.benchmarks.archives import Archive, cache_folder, cached, data_path, decode_images, resampled
 from avalanche_color.benchmarks.stream_building import DEFAULT_MEAN, DEFAULT_STD, check_seed, subsample_per_class
-from avalanche_color.benchmarks.transforms import vit_transforms
+from avalanche_color.benchmarks.transforms import Augmentation, offline_transforms
 
 FILE_NAME = "tiny-imagenet-200-32px.zip"
 URL = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"  # the official release, 64 px
@@ -99,6 +99,7 @@ def split_tiny_imagenet(
     task_labels: bool = False,
     cache_dir: Optional[Path] = None,
     interpolation: str = "bilinear",
+    augmentation: Augmentation = "light",
 ):
     """The 100 stream classes of Tiny-ImageNet, class-incremental, in ``wnids.txt`` order.
 
@@ -118,6 +119,9 @@ def split_tiny_imagenet(
         task_labels: experience i carries task label i (else 0 throughout).
         cache_dir: where the decoded images are cached (None: ``avalanche_color.benchmarks.archives.CACHE_DIR``).
         interpolation: how images are resized, the backbone's (timm's name: bilinear, bicubic, ...).
+        augmentation: the training augmentation: ``"light"`` (resize, pad-and-crop, flip; evaluation resizes),
+            or ``"paper"``, the paper's (S-Prompts') RandomResizedCrop and flip, with evaluation's Resize
+            and CenterCrop (:mod:`avalanche_color.benchmarks.transforms`).
 
     Returns:
         An Avalanche ``NCScenario`` with ``train_stream`` and ``test_stream``.
@@ -131,7 +135,7 @@ def split_tiny_imagenet(
     if train_per_class is not None and (isinstance(train_per_class, bool) or not isinstance(train_per_class, int)
                                         or train_per_class < 1):
         raise ValueError(f"train_per_class must be a positive int or None, got {train_per_class!r}")
-    train_transform, eval_transform = vit_transforms(image_size, mean, std, interpolation)
+    train_transform, eval_transform = offline_transforms(augmentation, image_size, mean, std, interpolation)
     path = data_path(path, FILE_NAME, "Tiny-ImageNet", SOURCE, URL)
     data = load_tiny_imagenet(path, image_size=image_size, cache_dir=cache_folder(cache_dir),
                               interpolation=interpolation)

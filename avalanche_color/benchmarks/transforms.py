@@ -5,7 +5,8 @@ RandomResizedCrop and a horizontal flip for training; Resize to 256/224 of the i
 (256 px for 224) and a centre crop for evaluation. :func:`vit_transforms`, for the small
 offline images (32 px and less, where a random resized crop would leave little): the image is
 resized to the backbone's ``image_size`` (its shorter side), padded by an eighth of that and
-randomly cropped back, and flipped; evaluation resizes and centre-crops. Evaluation is
+randomly cropped back, and flipped; evaluation resizes and centre-crops. An offline stream takes either
+(:func:`offline_transforms`, ``augmentation="light"`` or ``"paper"``). Evaluation is
 deterministic in both. Every resize uses ``interpolation``, the backbone's (timm's name: bilinear,
 bicubic, ...). Both end with ``mean`` and ``std``. Inputs may be uint8 (3, H, W)
 tensors (the offline streams keep their images decoded like that) or PIL images
@@ -14,10 +15,15 @@ tensors (the offline streams keep their images decoded like that) or PIL images
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Literal, Sequence
 
 import torch
 from torchvision.transforms import v2
+
+# The training augmentations an offline stream takes (``augmentation=``): the light default for its small
+# images, or the paper's (S-Prompts') random resized crop, which ``--preset paper`` gives every stream.
+Augmentation = Literal["light", "paper"]
+AUGMENTATIONS: tuple[Augmentation, ...] = ("light", "paper")
 
 
 def vit_transforms(image_size: int, mean: Sequence[float], std: Sequence[float],
@@ -52,6 +58,16 @@ def paper_transforms(image_size: int, mean: Sequence[float], std: Sequence[float
     evaluate = v2.Compose([v2.ToImage(), v2.Resize(round(image_size * 256 / 224), interpolation=mode, antialias=True),
                            v2.CenterCrop(image_size), *normalise])
     return train, evaluate
+
+
+def offline_transforms(augmentation: str, image_size: int, mean: Sequence[float], std: Sequence[float],
+                       interpolation: str = "bilinear") -> tuple[v2.Compose, v2.Compose]:
+    """An offline stream's (train, eval) transforms: :func:`vit_transforms` for ``augmentation="light"``,
+    :func:`paper_transforms` for ``"paper"``."""
+    if augmentation not in AUGMENTATIONS:
+        raise ValueError(f"augmentation must be one of {AUGMENTATIONS}, got {augmentation!r}")
+    pipeline = vit_transforms if augmentation == "light" else paper_transforms
+    return pipeline(image_size, mean, std, interpolation)
 
 
 def _normalise(image_size: int, mean: Sequence[float], std: Sequence[float]) -> list[v2.Transform]:

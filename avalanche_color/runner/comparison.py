@@ -32,8 +32,8 @@ from avalanche_color.benchmarks.stream_building import validation_benchmark
 from avalanche_color.runner.backbone_loading import input_size_problem, load_backbone, resize_input, weights_file
 from avalanche_color.runner.config import RunConfig, RunConfigError, config_record
 from avalanche_color.runner.methods import REGISTRY, method
-from avalanche_color.runner.provenance import (check_folder, complete_attempt, describe_machine, provenance,
-                                               start_attempt)
+from avalanche_color.runner.provenance import (check_folder, code_commit, complete_attempt, describe_machine,
+                                               provenance, start_attempt)
 from avalanche_color.runner.report import markdown_table, summary_rows, write_results
 from avalanche_color.runner.run import LearningRate, PlannedRun, build_stream, epoch_batches, run_method, slug
 
@@ -90,12 +90,15 @@ class Prepared:
     streams: dict[tuple[int, bool], Any]
     record: dict[str, Any]
     backbone_source: dict[str, Any]
+    carried: dict[str, LearningRate]  # --lr-from's learning rates, by method
 
 
 def prepare(config: RunConfig) -> Prepared:
-    """Checks everything a comparison needs, the backbone, the data, each run's k and the output
-    folder, and builds its streams; refuses (:class:`RunConfigError`) before anything is written."""
+    """Checks everything a comparison needs, the learning rates ``--lr-from`` carries, the backbone, the data,
+    each run's k and the output folder, and builds its streams; refuses (:class:`RunConfigError`) before
+    anything is written."""
     spec = benchmark_spec(config.benchmark)
+    carried = carried_learning_rates(config)
     if DistributedHelper.is_distributed:
         check_distributed(config)
         device = str(DistributedHelper.make_device())  # each rank's own: cuda:<LOCAL_RANK> (init_distributed) or cpu
@@ -128,7 +131,8 @@ def prepare(config: RunConfig) -> Prepared:
     record = provenance(config, backbone, device)
     if DistributedHelper.is_main_process:
         check_folder(config.output_folder, record, config.resume)
-    return Prepared(spec, device, backbone, plan, streams, record, backbone_source(backbone_name, config, backbone))
+    return Prepared(spec, device, backbone, plan, streams, record, backbone_source(backbone_name, config, backbone),
+                    carried)
 
 
 def backbone_source(name: str, config: RunConfig, backbone: Any) -> dict[str, Any]:
@@ -262,6 +266,48 @@ def chosen(choices: dict[str, Choice], name: str) -> LearningRate | None:
     return LearningRate(choices[name].lr, f"--tune lr: {RULE}")
 
 
+# ---------------------------------------------------------------------- --lr-from: a tuned choice carried
+
+
+def carried_learning_rates(config: RunConfig) -> dict[str, LearningRate]:
+    """The learning rate each method of ``config`` takes from ``--lr-from``'s comparisons: the choice of the
+    first of them that tuned it, or, for a method that trains as another (a CoLoR variant), that method's.
+    Refuses a folder that holds no finished comparison, or one that was not tuned."""
+    tuned: dict[str, tuple[float, str]] = {}
+    for source in config.lr_from:
+        results = source / "results.json" if source.is_dir() else source
+        if not results.is_file():
+            raise RunConfigError("lr_from", source, "must be a finished comparison's folder or results.json: "
+                                                    f"{str(results)!r} does not exist")
+        try:
+            record = json.loads(results.read_text())
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise RunConfigError("lr_from", source, f"must be a comparison's results.json: {error}") from None
+        tuning = record.get("tuning") if isinstance(record, dict) else None
+        if not tuning:
+            raise RunConfigError("lr_from", source, "must be a comparison run with --tune lr: its results hold "
+                                                    "no tuning")
+        budget = _budget(record.get("config", {}))
+        for name, choice in tuning["choices"].items():
+            tuned.setdefault(name, (choice["lr"], f"--lr-from {results.parent.name} ({budget})"))
+    carried = {}
+    for name in tunable(config.methods or ()):
+        source = name if name in tuned else method(name).trains_as
+        if source in tuned:
+            lr, where = tuned[source]
+            whose = "" if source == name else f"{source}'s choice (its training is {source}'s); "
+            carried[name] = LearningRate(lr, f"{where}: {whose}{RULE}")
+    return carried
+
+
+def _budget(settings: dict[str, Any]) -> str:
+    """A tuned comparison's budget in a few words: epochs, batch, training images, rank."""
+    data = settings.get("train_per_class")
+    images = "all training images" if data is None else f"{data} training images per class"
+    ranks = settings.get("ranks") or ["?"]
+    return f"{settings.get('epochs')} epochs, batch {settings.get('batch_size')}, {images}, rank {ranks[0]}"
+
+
 # ---------------------------------------------------------------------- the runs and results
 
 
@@ -289,7 +335,8 @@ def compare(config: RunConfig, ready: Prepared, progress: bool) -> dict[str, Any
             bar.set_postfix_str(f"{planned.label}, seed {planned.seed}")
             stream = ready.streams[(planned.seed, method(planned.method).task_labels)]
             runs.append(run_method(planned, stream, ready.spec, ready.backbone, config, ready.device, attempt,
-                                   lr=chosen(choices, planned.method), progress=progress and main_process))
+                                   lr=chosen(choices, planned.method) or ready.carried.get(planned.method),
+                                   progress=progress and main_process))
             bar.update()
 
     # The workers used (--workers' default depends on the device), so a results file says what ran.
@@ -297,7 +344,7 @@ def compare(config: RunConfig, ready: Prepared, progress: bool) -> dict[str, Any
     used = dataclasses.replace(config, workers=config.loader_workers(ready.device, batches))
     result = {"config": config_record(used), "device": describe_machine(ready.device),
               "backbone": ready.record["backbone"], "backbone_source": ready.backbone_source,
-              "code": ready.record["code"], "runs": runs}
+              "code": ready.record["code"], "commit": code_commit(), "runs": runs}
     if config.tune is not None:
         result["tuning"] = tuning_record(config, choices)
     if DistributedHelper.is_distributed:

@@ -16,7 +16,7 @@ from dataclasses import MISSING, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from avalanche_color.benchmarks.registry import BENCHMARKS
+from avalanche_color.benchmarks.registry import BENCHMARKS, OFFLINE_AUGMENTATIONS as AUGMENTATIONS
 from avalanche_color.color.config import LoRAOptions
 from avalanche_color.config import PRECISIONS, PrototypeOptions
 from avalanche_color.runner.methods import METHODS, methods_allowed
@@ -137,6 +137,11 @@ class RunConfig:
     prototypes_per_class: Optional[int] = setting(
         None, f"{PrototypeOptions.doc('prototypes_per_class')} Default: off",
         optional(positive_int), per_method=True)
+    augmentation: Optional[str] = setting(
+        None, "the training augmentation: light (resize, pad-and-crop, flip: the offline streams' own, for their "
+              "small images) or paper (the paper's, S-Prompts' RandomResizedCrop and flip, evaluated after Resize "
+              "and CenterCrop: the paper's streams' only one); default: the benchmark's own; --preset paper: paper",
+        optional(one_of(AUGMENTATIONS)), choices=AUGMENTATIONS)
     normalisation: str = setting("backbone", "the images' mean and std: the backbone's own or ImageNet's "
                                              "(--preset paper: ImageNet's, as S-Prompts' code)",
                                  one_of(NORMALISATIONS), choices=NORMALISATIONS)
@@ -179,6 +184,11 @@ class RunConfig:
         optional(one_of(TUNABLE)), choices=TUNABLE)
     lr_grid: tuple[float, ...] = setting((1e-3, 3e-3, 1e-2, 3e-2, 1e-1), "the learning rates --tune lr tries, the "
                                                                          "same for every method", each(positive))
+    lr_from: tuple[Path, ...] = setting(
+        (), "take each method's learning rate from the --tune lr choices of these finished comparisons (their "
+            "folders, or results.json files): the rule's choice at their budget, carried to this one; a CoLoR "
+            "variant tuned in none takes CoLoR's (its experts train as CoLoR's); the others keep their own",
+        each(path, allow_empty=True))
     held_out: float = setting(0.1, "the fraction of each class of each training experience --tune holds out for "
                                     "validation", open_fraction)
     resume: bool = setting(False, "continue an interrupted comparison in the same folder from its checkpoints",
@@ -208,9 +218,11 @@ class RunConfig:
         for name in ("data", "out"):  # paths may come as strings (notebooks, JSON configs)
             if isinstance(getattr(self, name), str):
                 object.__setattr__(self, name, Path(getattr(self, name)))
-        for name in ("methods", "seeds", "baseline_seeds", "ranks", "ks", "loggers", "lr_grid"):
+        for name in ("methods", "seeds", "baseline_seeds", "ranks", "ks", "loggers", "lr_grid", "lr_from"):
             if isinstance(getattr(self, name), list):
                 object.__setattr__(self, name, tuple(getattr(self, name)))
+        if any(isinstance(folder, str) for folder in self.lr_from):
+            object.__setattr__(self, "lr_from", tuple(Path(folder) for folder in self.lr_from))
         for spec in dataclasses.fields(self):
             problem = spec.metadata["check"](getattr(self, spec.name))
             if problem:
@@ -224,6 +236,12 @@ class RunConfig:
                                  f"cannot hold {refused} on benchmark {self.benchmark!r}: its test experiences "
                                  "belong to no training experience (core50: one test set of held-out sessions), "
                                  f"so there is no task label to route by; must be among {list(allowed)}")
+        problem = BENCHMARKS[self.benchmark].augmentation_problem(self.augmentation)
+        if problem:
+            raise RunConfigError("augmentation", self.augmentation, problem)
+        if self.lr_from and self.tune is not None:
+            raise RunConfigError("lr_from", self.lr_from, "cannot be given with --tune lr, which chooses the "
+                                                          "learning rates itself: give one of the two")
         if self.preset is not None:
             object.__setattr__(self, "preset_settings", preset_settings(self.preset, self.benchmark))
 

@@ -87,7 +87,9 @@ class Method:
     ``distributed``: runs under torchrun; ``checkpoint``: its strategy saves and resumes with
     :func:`~avalanche_color.train_stream`'s checkpoints (after every experience, ``--checkpoint-epochs``).
     ``lr_chosen_by``: how the method's learning rate was chosen, recorded beside it in every run's record
-    (empty: nothing trains by gradient).
+    (empty: nothing trains by gradient). ``trains_as``: the method whose training this one's is, exactly (the
+    CoLoR variants differ from CoLoR only in how they route), so that ``--lr-from`` may carry that method's
+    tuned learning rate to it.
     """
 
     name: str
@@ -103,6 +105,7 @@ class Method:
     distributed: bool = False
     checkpoint: bool = False
     lr_chosen_by: str = ""
+    trains_as: str = ""
 
     def __post_init__(self) -> None:
         if self.strategy is None and self.build is None:
@@ -149,7 +152,7 @@ def _color_options(routing: dict[str, str]) -> Callable[[MethodRun], dict[str, A
 def _color(name: str, about: str, task_labels: bool = False, **routing: str) -> Method:
     return Method(name, _color_options(routing), "CoLoR", about=about, lora=True, prototypes=True,
                   frozen_backbone=True, task_labels=task_labels, distributed=True, checkpoint=True,
-                  lr_chosen_by=COLOR_LR_CHOICE)
+                  lr_chosen_by=COLOR_LR_CHOICE, trains_as="" if name == "CoLoR" else "CoLoR")
 
 
 def _joint_lora_options(run: MethodRun) -> dict[str, Any]:
@@ -201,7 +204,8 @@ def _s_prompts_options(run: MethodRun) -> dict[str, Any]:
 
 PROMPTS = (
     Method("S-Prompts", _s_prompts_options, "SPrompts", about="a prompt expert per experience, routed as CoLoR",
-           prototypes=True, frozen_backbone=True, distributed=True, lr_chosen_by="--color-lr, as CoLoR"),
+           prototypes=True, frozen_backbone=True, distributed=True, checkpoint=True,
+           lr_chosen_by="--color-lr, as CoLoR"),
     Method("L2P", lambda run: dict(L2P_OPTIONS, **run.precision), "L2P",
            about="prompts picked from a shared pool by key", frozen_backbone=True,
            lr_chosen_by="its paper's Adam lr 0.03 (its code also scales it by batch / 256: not done here)"),

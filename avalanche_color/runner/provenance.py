@@ -3,7 +3,8 @@
 
 A folder's ``runs/provenance.json`` records the settings that decide every run's numbers, a
 digest of the backbone's weights, a digest of the package's code, the torch version and the
-thread count (float sums depend on it). ``--resume`` reads finished runs back only when all of
+thread count (float sums depend on it); results.json also names the git commit of the code
+(:func:`code_commit`), where the package runs from a git work tree. ``--resume`` reads finished runs back only when all of
 these are the same. Results files and tables also name the machine a figure was made on
 (:func:`describe_machine`).
 
@@ -24,6 +25,7 @@ import hashlib
 import json
 import platform
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,25 @@ def code_digest(package: Path = PACKAGE) -> str:
     for path in sorted(package.rglob("*.py")):
         digest.update(str(path.relative_to(package.parent)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
+
+
+def code_commit(package: Path = PACKAGE) -> str | None:
+    """The git commit the package's code is at, where it lies in a git work tree (None elsewhere, e.g. an
+    installed wheel), with ``+changes`` where its files differ from that commit: a result's code is that commit
+    exactly only without them."""
+    def git(*arguments: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(package), *arguments], capture_output=True, text=True,
+                                  timeout=30, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if not commit:
+        return None
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ".")
+    return commit + ("+changes" if changed else "")
 
 
 def provenance(config: RunConfig, backbone: nn.Module, device: str) -> dict[str, Any]:

@@ -53,13 +53,14 @@ def build_stream(spec: BenchmarkSpec, config: RunConfig, backbone: VisionTransfo
                  task_labels: bool):
     """The benchmark's stream at the backbone's input size and interpolation
     (:func:`~avalanche_color.backbone_data_config`), normalised with the backbone's mean and std or, with
-    ``--normalisation imagenet``, ImageNet's."""
+    ``--normalisation imagenet``, ImageNet's, and augmented as ``--augmentation`` says (default: the benchmark's
+    own)."""
     data = backbone_data_config(backbone)
     mean, std = ((IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD) if config.normalisation == "imagenet"
                  else (data["mean"], data["std"]))
     return spec.stream(StreamRequest(image_size=data["input_size"][-1], mean=mean, std=std, data=config.data,
                                      seed=seed, task_labels=task_labels, train_per_class=config.train_per_class,
-                                     interpolation=data["interpolation"]))
+                                     interpolation=data["interpolation"], augmentation=config.augmentation))
 
 
 def epoch_batches(benchmark: Any, batch_size: int) -> int:
