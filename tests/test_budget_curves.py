@@ -1,0 +1,72 @@
+"""The budget curves: points read from a folder of comparisons (finished or running), their tables and plot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.reporting import budget_curves
+from benchmarks.reporting.budget_curves import markdown, metric_table, points
+
+# Two test experiences of 4 samples each: every accuracy is a whole number of right answers out of 4.
+LEARNED = [[0.5, None], [0.25, 0.75]]  # diagonal (0.5 + 0.75) / 2, final (0.25 + 0.75) / 2
+
+
+def run(method, seed=0, rank=None, lr=0.01, matrix=LEARNED, routing=None):
+    return {"label": method, "method": method, "seed": seed, "rank": rank, "lr": lr, "accuracy_matrix": matrix,
+            "average_accuracy": sum(matrix[-1]) / 2, "routing_accuracy": routing, "lr_chosen_by": "--tune lr: rule",
+            "cpu_seconds": 1800.0}
+
+
+def comparison(folder: Path, name: str, epochs: int, runs, finished: bool = True) -> None:
+    settings = {"epochs": epochs, "train_per_class": None}
+    if finished:
+        (folder / name).mkdir(parents=True)
+        (folder / name / "results.json").write_text(json.dumps({"config": settings, "runs": runs}))
+        return
+    attempt = folder / name / "attempt" / "runs"
+    attempt.mkdir(parents=True)
+    (attempt / "provenance.json").write_text(json.dumps({"settings": settings}))
+    for number, record in enumerate(runs):
+        (attempt / f"run{number}.json").write_text(json.dumps(record))
+
+
+@pytest.fixture
+def budget(tmp_path) -> Path:
+    comparison(tmp_path, "e02_color", 2, [run("CoLoR", rank=64, routing=0.5), run("CoLoR", rank=8, routing=0.5)])
+    comparison(tmp_path, "e05_color", 5, [run("CoLoR", rank=64, matrix=[[0.75, None], [0.75, 1.0]], routing=1.0,
+                                              seed=seed) for seed in (0, 1)] +
+               [run("NCM", lr=None, matrix=[[0.5, None], [0.5, 0.5]])])
+    comparison(tmp_path, "e05_s_prompts", 5, [run("S-Prompts", routing=0.75)], finished=False)
+    return tmp_path
+
+
+def test_each_method_rank_and_budget_is_a_point_and_a_running_comparison_counts_its_runs_so_far(budget):
+    found = {(point.line, point.epochs): point for point in points(budget)}
+    assert set(found) == {("CoLoR r=64", 2), ("CoLoR r=8", 2), ("CoLoR r=64", 5), ("NCM", None), ("S-Prompts", 5)}
+    assert found[("CoLoR r=64", 2)].diagonal == (0.625,) and found[("CoLoR r=64", 2)].final == (0.5,)
+    assert found[("CoLoR r=64", 5)].seeds == (0, 1) and found[("CoLoR r=64", 5)].cpu_seconds == 3600
+    assert not found[("S-Prompts", 5)].finished and found[("CoLoR r=64", 5)].finished
+
+
+def test_the_tables_give_a_column_per_budget_a_level_for_training_free_methods_and_mark_what_runs(budget):
+    table = metric_table(points(budget), "final").splitlines()
+    assert table[0] == "| method | 2 epochs | 5 epochs |"
+    assert table[2:] == ["| CoLoR r=64 | 50.0 | 87.5 ± 0.0 |", "| CoLoR r=8 | 50.0 |  |",
+                         "| S-Prompts |  | 50.0* |", "| NCM | 50.0 | 50.0 |"]  # the runner's order of methods
+    routing = metric_table(points(budget), "routing")
+    assert "NCM" not in routing and "| CoLoR r=64 | 50.0 | 100.0 ± 0.0 |" in routing
+    page = markdown(points(budget), "pacs")
+    assert "`*`: a comparison still running" in page and "| e05_s_prompts (running) |" in page
+    assert "CPU time of every run above: 3.0 h." in page
+
+
+def test_the_command_writes_the_page_and_the_plot_and_refuses_an_empty_folder(budget, tmp_path, capsys):
+    budget_curves.main([str(budget)])
+    assert (budget / "budget.md").read_text().startswith("# ")
+    assert (budget / "budget.png").read_bytes()[:4] == b"\x89PNG"
+    assert "| CoLoR r=64 | 50.0 | 87.5 ± 0.0 |" in capsys.readouterr().out
+    with pytest.raises(FileNotFoundError, match="no comparison under"):
+        points(tmp_path / "empty")
