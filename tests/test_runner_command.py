@@ -154,7 +154,7 @@ def test_each_flag_some_methods_take_lists_them_from_the_registry():
         assert helps[name].endswith("; taken by " + ", ".join(taken))
     # Every setting a method's options read is listed (the preset names settings for every method alike).
     read = set().union(*(settings_read(name) for name in METHODS))
-    assert read - {"preset"} <= per_method
+    assert read - {"preset", "preset_settings"} <= per_method
     # --precision: the methods whose strategy is built with it, on a real config, among them the LoRA peers.
     config = RunConfig(benchmark="digits_class", precision="bf16-mixed")
     run = MethodRun(config, rank=2, k=2, num_classes=10, backbone=None, strategy_options={}, num_experiences=5)
@@ -263,5 +263,10 @@ def test_sd_lora_takes_its_codes_lr_on_every_budget_and_inf_lora_under_the_paper
     assert options("InfLoRA")["lr"] == 5e-3
     assert SDLoRAConfig().lr == 0.008 and InfLoRAConfig().lr == 5e-4  # what the strategies then use
     assert "lr" not in options("InfLoRA", preset="paper") and options("InfLoRA")["num_experiences"] == 10
+    # Under the preset the peers keep their code's weight decay, unless the flag asks for another value.
+    paper = dict(preset="paper", weight_decay=2e-4)
+    assert all("weight_decay" not in options(name, **paper) for name in ("SD-LoRA", "InfLoRA", "CL-LoRA"))
+    assert options("CL-LoRA", preset="paper", weight_decay=0.0)["weight_decay"] == 0.0
+    assert options("CL-LoRA", weight_decay=2e-4)["weight_decay"] == 2e-4
     assert all(method(name).lr_chosen_by for name in ("SD-LoRA", "InfLoRA", "CoLoR", "S-Prompts", "L2P", "EWC"))
     assert not method("NCM").lr_chosen_by  # nothing trains by gradient

@@ -225,7 +225,8 @@ PROMPTS = (
 # tuned, the head's stays its code's. CL-LoRA keeps its code's SGD (lr 0.03, momentum 0.9, weight decay
 # 1e-4) with a per-epoch cosine and its two steps per batch; under torchrun each step's gradients are
 # averaged over the ranks. With --preset paper each keeps its own code's optimiser settings (the
-# strategies' defaults).
+# strategies' defaults), its weight decay included; the preset's batch, epochs and rank are the budget
+# every method gets alike.
 
 INF_LORA_LR = 5e-3
 
@@ -235,13 +236,22 @@ def _short_budget_lr(run: MethodRun, lr: float) -> dict[str, float]:
     return {} if run.config.preset == "paper" else {"lr": lr}
 
 
+def _peer_weight_decay(run: MethodRun) -> dict[str, float]:
+    """``--weight-decay`` for a LoRA peer; under ``--preset paper`` its own code's, unless the flag gives another
+    value than the preset's (the CoLoR paper's 2e-4 is its protocol, not the peers')."""
+    preset = getattr(run.config, "preset_settings", None) or {}
+    if run.config.preset == "paper" and run.config.weight_decay == preset.get("weight_decay"):
+        return {}
+    return run.weight_decay
+
+
 def _lora_options(run: MethodRun) -> dict[str, Any]:
-    return dict(rank=run.rank, **run.weight_decay, **run.precision)
+    return dict(rank=run.rank, **_peer_weight_decay(run), **run.precision)
 
 
 def _inf_lora_options(run: MethodRun) -> dict[str, Any]:
     return dict(rank=run.rank, **_short_budget_lr(run, INF_LORA_LR), num_experiences=run.num_experiences,
-                **run.weight_decay, **run.precision)
+                **_peer_weight_decay(run), **run.precision)
 
 
 LORA_PEER = dict(lora=True, frozen_backbone=True, distributed=True, checkpoint=True)  # what the four share
