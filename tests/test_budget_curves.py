@@ -70,3 +70,16 @@ def test_the_command_writes_the_page_and_the_plot_and_refuses_an_empty_folder(bu
     assert "| CoLoR r=64 | 50.0 | 87.5 ± 0.0 |" in capsys.readouterr().out
     with pytest.raises(FileNotFoundError, match="no comparison under"):
         points(tmp_path / "empty")
+
+
+def test_a_pages_budget_block_is_written_from_the_finished_points_and_a_stale_one_is_found(budget):
+    from benchmarks.reporting.readme import stale_blocks, updated
+
+    page = f"Before.\n<!-- budget: {budget.name} -->\nold\n<!-- end budget -->\nAfter.\n"
+    fresh = updated(page, results=budget.parent)
+    assert fresh.startswith("Before.\n") and fresh.endswith("<!-- end budget -->\nAfter.\n")
+    assert f"python -m benchmarks.reporting.budget_curves benchmarks/results/{budget.name}" in fresh
+    assert "| CoLoR r=64 | 50.0 | 87.5 ± 0.0 |" in fresh and "| NCM | 50.0 | 50.0 |" in fresh
+    assert "S-Prompts" not in fresh  # its comparison is still running: the pages show finished points only
+    assert stale_blocks(page, results=budget.parent) == [f"budget: {budget.name}"]
+    assert stale_blocks(fresh, results=budget.parent) == []

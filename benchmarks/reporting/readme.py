@@ -33,6 +33,14 @@ A third kind is the table of the runner's methods, written from its registry
     ...
     <!-- end methods -->
 
+A fifth is a budget sweep's tables (:mod:`benchmarks.reporting.budget_curves`): each method's average accuracy,
+diagonal and routing accuracy against epochs per experience, from the finished comparisons of the folder
+``benchmarks/results/<name>/``, with the command that tables and plots them::
+
+    <!-- budget: pacs_budget -->
+    ...
+    <!-- end budget -->
+
 A fourth is the table of a method's options, written from its config's declarations (each option's
 default and doc, :func:`avalanche_color.utils.checks.option`), then the keywords every strategy
 takes besides; the block names the config, one of ``avalanche_color``'s names::
@@ -63,6 +71,7 @@ BLOCK = re.compile(r"(<!-- results: (?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- e
 ACROSS = re.compile(r"(<!-- across: (?P<spec>[^|>]+)\|(?P<methods>[^>]+) -->\n)(?P<body>.*?)(<!-- end across -->)",
                     re.DOTALL)
 METHODS_BLOCK = re.compile(r"(<!-- methods -->\n)(?P<body>.*?)(<!-- end methods -->)", re.DOTALL)
+BUDGET_BLOCK = re.compile(r"(<!-- budget: (?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- end budget -->)", re.DOTALL)
 OPTIONS_BLOCK = re.compile(r"(<!-- options: (?P<config>\w+) -->\n)(?P<body>.*?)(<!-- end options -->)", re.DOTALL)
 # A docstring's Sphinx role (:class:`~a.b.C`) and literal (``x``), as the docs pages show them: `C`, `x`.
 SPHINX_ROLE = re.compile(r":(?:class|func|meth|mod|data|attr|exc|obj):`(?P<tilde>~?)(?P<target>[^`]+)`")
@@ -121,6 +130,22 @@ def render_across(columns: dict[str, list[str]], methods: list[str], results: Pa
         rows.append(row)
     commands = "\n".join(_command(loaded[folder]) for folder in used)
     return f"{markdown_table(rows)}\n\n```bash\n{commands}\n```\n"
+
+
+def render_budget(name: str, results: Path = RESULTS) -> str:
+    """The block for the budget sweep in ``benchmarks/results/<name>/``: its finished points' tables of average
+    accuracy, diagonal and routing accuracy against epochs, and the command that writes them with the plot."""
+    from benchmarks.reporting.budget_curves import metric_table, points
+
+    found = [point for point in points(results / name) if point.finished]
+    command = f"python -m benchmarks.reporting.budget_curves benchmarks/results/{name}"
+    if not found:
+        return f"```bash\n{command}\n```\n\nNo point of this sweep has finished yet.\n"
+    tables = [f"{title}:\n\n{metric_table(found, metric)}" for metric, title in (
+        ("final", "Average accuracy after the last experience (%)"),
+        ("diagonal", "Diagonal, each experience's accuracy right after its own training (%)"),
+        ("routing", "Routing accuracy (%)"))]
+    return f"```bash\n{command}\n```\n\n" + "\n\n".join(tables) + "\n"
 
 
 def render_methods() -> str:
@@ -182,6 +207,7 @@ def updated(text: str, results: Path = RESULTS) -> str:
     text = BLOCK.sub(lambda m: m.group(1) + render(m["name"], results) + m.group(4), text)
     text = METHODS_BLOCK.sub(lambda m: m.group(1) + render_methods() + m.group(3), text)
     text = OPTIONS_BLOCK.sub(lambda m: m.group(1) + render_options(m["config"]) + m.group(4), text)
+    text = BUDGET_BLOCK.sub(lambda m: m.group(1) + render_budget(m["name"], results) + m.group(4), text)
     return ACROSS.sub(lambda m: m.group(1) + render_across(*parse_across(m["spec"], m["methods"]), results)
                       + m.group(5), text)
 
@@ -192,6 +218,8 @@ def stale_blocks(text: str, results: Path = RESULTS) -> list[str]:
     stale += ["methods" for m in METHODS_BLOCK.finditer(text) if m["body"] != render_methods()]
     stale += [f"options: {m['config']}" for m in OPTIONS_BLOCK.finditer(text)
               if m["body"] != render_options(m["config"])]
+    stale += [f"budget: {m['name']}" for m in BUDGET_BLOCK.finditer(text)
+              if m["body"] != render_budget(m["name"], results)]
     return stale + [m["spec"].strip() for m in ACROSS.finditer(text)
                     if m["body"] != render_across(*parse_across(m["spec"], m["methods"]), results)]
 
