@@ -137,7 +137,10 @@ def render_budget(name: str, results: Path = RESULTS) -> str:
     accuracy, diagonal and routing accuracy against epochs, and the command that writes them with the plot."""
     from benchmarks.reporting.budget_curves import metric_table, points
 
-    found = [point for point in points(results / name) if point.finished]
+    try:
+        found = [point for point in points(results / name) if point.finished]
+    except FileNotFoundError:  # no comparison of the sweep has started
+        found = []
     command = f"python -m benchmarks.reporting.budget_curves benchmarks/results/{name}"
     if not found:
         return f"```bash\n{command}\n```\n\nNo point of this sweep has finished yet.\n"
