@@ -7,6 +7,7 @@ fence (tests/code_blocks.py); NOT_RUN below lists how many each page has, so non
 from __future__ import annotations
 
 import dataclasses
+import html as entities
 import importlib.util
 import os
 import re
@@ -39,32 +40,30 @@ def build_site(config: Path, site: Path) -> subprocess.CompletedProcess:
 
 
 def test_the_site_builds_in_strict_mode(tmp_path):
-    run = build_site(REPOSITORY / "mkdocs.yml", tmp_path / "site")
+    # One build for every check of the built site (a second would add its 20 s to the suite).
+    site = tmp_path / "site"
+    run = build_site(REPOSITORY / "mkdocs.yml", site)
     assert run.returncode == 0, run.stderr[-4000:]
-    api = (tmp_path / "site" / "api" / "index.html").read_text()
+    api = (site / "api" / "index.html").read_text()
     assert "CoLoRConfig" in api and "routing_accuracy_metrics" in api  # mkdocstrings rendered the package
-    assert (tmp_path / "site" / "results" / "pacs" / "accuracy.png").exists()  # the hook published the plots
-    assert "load_digits" in (tmp_path / "site" / "index.html").read_text()  # the README's quick start, included
+    assert (site / "results" / "pacs" / "accuracy.png").exists()  # the hook published the plots
+    assert "load_digits" in (site / "index.html").read_text()  # the README's quick start, included
     for page in pages()[1:]:  # every docs page is in the site
         relative = page.relative_to(DOCS).with_suffix("")
         folder = relative.parent if relative.name == "index" else relative
-        assert (tmp_path / "site" / folder / "index.html").exists(), page
+        assert (site / folder / "index.html").exists(), page
     # As a browser shows it: tables are tables, no reST "::" shows, code wraps instead of running off the page.
-    for html in sorted((tmp_path / "site").rglob("*.html")):
+    for html in sorted(site.rglob("*.html")):
         text = html.read_text()
         assert not raw_table_rows(text), (html, raw_table_rows(text)[:3])
         assert not STRAY_LITERAL_MARKER.search(text), (html, STRAY_LITERAL_MARKER.search(text))
-    css = (tmp_path / "site" / "stylesheets" / "extra.css").read_text()
-    assert "stylesheets/extra.css" in (tmp_path / "site" / "index.html").read_text()
+    css = (site / "stylesheets" / "extra.css").read_text()
+    assert "stylesheets/extra.css" in (site / "index.html").read_text()
     assert_code_wraps_at_spaces_only(css)
-    benchmarks = (tmp_path / "site" / "benchmarks" / "index.html").read_text()
+    benchmarks = (site / "benchmarks" / "index.html").read_text()
     assert '</span><span class="nobreak">--loggers</span>' in benchmarks  # the hook kept the flag whole
     assert not re.search(r"[^>]--loggers", benchmarks)
-    # The fidelity page's formulas are marked for KaTeX (docs/javascripts/katex.js typesets them in the browser).
-    fidelity = (tmp_path / "site" / "fidelity" / "index.html").read_text()
-    assert fidelity.count('class="arithmatex"') >= 10 and "\\lVert B \\rVert_F" in fidelity
-    assert "javascripts/katex.js" in fidelity and "katex.min.js" in fidelity
-    assert "‖" not in fidelity and not re.search(r"<code>[^<]*sum_\{", fidelity)  # no formula left as code
+    assert_the_site_reads_right_offline(site)
 
 
 def assert_code_wraps_at_spaces_only(css: str) -> None:
@@ -73,15 +72,93 @@ def assert_code_wraps_at_spaces_only(css: str) -> None:
     rules = {selector.strip(): body for selector, body in
              re.findall(r"([^{}]+)\{([^}]*)\}", re.sub(r"/\*.*?\*/", "", css, flags=re.S))}
     assert "white-space: pre-wrap" in rules[".md-typeset pre > code"]
+    # A wrapped line keeps its indentation (a hanging indent from span.line's --indent, docs/hooks.py) and is
+    # an inline-block (a block would add a newline to what the copy button copies); the first line leaves
+    # room for the copy button.
+    line = rules[".md-typeset pre > code .line"]
+    assert "display: inline-block" in line
+    assert re.search(r"padding-left: calc\(\(var\(--indent, 0\) \+ (\d+)\) \* 1ch\)", line)
+    assert re.search(r"text-indent: calc\(\(var\(--indent, 0\) \+ (\d+)\) \* -1ch\)", line)
+    assert (re.search(r"padding-left: calc\(\(var\(--indent, 0\) \+ (\d+)\)", line)[1]
+            == re.search(r"text-indent: calc\(\(var\(--indent, 0\) \+ (\d+)\)", line)[1])
+    assert re.search(r"margin-right: [1-9][\d.]*em", rules[".md-typeset pre > code > .line:first-child"])
     assert re.search(r"word-break: normal;\s*overflow-wrap: normal", rules[".md-typeset code"])
     assert "white-space: nowrap" in rules[".md-typeset code .nobreak"]
     assert not re.search(r"anywhere|break-word|break-all", "".join(rules.values()))
 
 
-def test_the_hook_keeps_each_word_of_code_whole_and_leaves_tags_and_prose_alone():
+# A script or stylesheet the page loads from another host: <script src="http..."> or <link href="http...">
+# (a <link rel="preconnect"> to a font host is one too).
+REMOTE_ASSET = re.compile(r"""<(?:script|link)\b[^>]*\b(?:src|href)=["']?(?:https?:)?//[^"'\s>]+""")
+MATH_LIBRARY = re.compile(r"katex|mathjax", re.I)
+
+
+def assert_the_site_reads_right_offline(site: Path) -> None:
+    """Nothing loads from another host (no CDN script or stylesheet for math, no web font), every formula is
+    MathML (rendered by the browser itself), and code blocks are laid out line by line, their text intact."""
+    for html in sorted(site.rglob("*.html")):
+        text = html.read_text()
+        assert REMOTE_ASSET.findall(text) == [], html
+        assert not MATH_LIBRARY.search(" ".join(re.findall(r"<(?:script|link)\b[^>]*>", text))), html
+        # Every formula arithmatex marked became MathML: none is left as TeX for a script to typeset.
+        assert not re.search(r'<(span|div) class="arithmatex">', text), html
+    fidelity = (site / "fidelity" / "index.html").read_text()
+    formulas = re.findall(r'<math xmlns="http://www.w3.org/1998/Math/MathML" display="(block|inline)" '
+                          r'class="arithmatex"><semantics><mrow>(.*?)</mrow><annotation encoding="application/x-tex">'
+                          r'(.*?)</annotation></semantics></math>', fidelity, flags=re.S)
+    assert len(formulas) >= 10 and {display for display, _, _ in formulas} == {"block", "inline"}
+    assert all("<mi>" in body and "\\" not in body for _, body, _ in formulas)  # symbols, no TeX command as text
+    assert "\\lVert B \\rVert_F \\, \\lVert A \\rVert_F" in {tex for _, _, tex in formulas}
+    assert "‖" not in fidelity and not re.search(r"<code>[^<]*sum_\{", fidelity)  # no formula left as code
+    assert "<math " in (site / "guide" / "lora-peers" / "index.html").read_text()
+    # Code blocks: every line of a highlighted block is a span.line with its indentation, and the copied text
+    # (the code's text without tags) is the Markdown's code as written.
+    avalanche = (site / "guide" / "avalanche" / "index.html").read_text()
+    assert '<span class="line" style="--indent: 4">' in avalanche
+    source = (DOCS / "guide" / "avalanche.md").read_text()
+    blocks_in_page = [entities.unescape(HTML_TAG.sub("", code)) for code in
+                      re.findall(r"<pre><span></span><code>(.*?)</code></pre>", avalanche, flags=re.S)]
+    assert blocks_in_page and all(code.strip() in source for code in blocks_in_page)
+
+
+def test_the_hook_writes_formulas_as_mathml_and_refuses_tex_it_cannot_convert():
+    hooks = load_hooks()
+    inline = hooks.formulas_as_mathml('<p>so <span class="arithmatex">\\(x &lt; \\lVert y \\rVert_F\\)</span>.</p>')
+    assert inline.startswith('<p>so <math xmlns="http://www.w3.org/1998/Math/MathML" display="inline"')
+    assert "<mi>x</mi><mo>&#x0003C;</mo><mo>&#x02016;</mo><mi>y</mi>" in inline and inline.endswith("</math>.</p>")
+    assert '<annotation encoding="application/x-tex">x &lt; \\lVert y \\rVert_F</annotation>' in inline
+    shown = hooks.formulas_as_mathml('<div class="arithmatex">\\[\n\\sum_{i&lt;t} a_i\n\\]</div>')
+    assert 'display="block"' in shown and "<munder><mo>&#x02211;</mo>" in shown
+    for tex, says in [("a^", "MissingSuperScriptOrSubscriptError"), ("\\lVertt x", "uses \\lVertt")]:
+        with pytest.raises(ValueError, match=re.escape(says)):
+            hooks.formulas_as_mathml(f'<span class="arithmatex">\\({tex}\\)</span>')
+
+
+def test_the_hook_puts_each_line_of_code_in_a_span_with_its_indentation_and_keeps_the_text():
+    hooks = load_hooks()
+    code = ('<span class="k">def</span> <span class="nf">f</span>():\n'
+            '    <span class="s">"""two\n      lines"""</span>\n\n        x &lt; y\n')
+    block = f'<div class="highlight"><pre><span></span><code>{code}</code></pre></div>'
+    lines = hooks.lines_of_code_blocks(block)
+    assert re.findall(r'--indent: (\d+)', lines) == ["0", "4", "6", "8"]
+    assert lines.count('<span class="line"') == 4 and "\n\n" in lines  # the empty line stays a bare newline
+    # The string token spread over two lines is closed and reopened: each line's tags balance.
+    assert '<span class="line" style="--indent: 6"><span class="s">      lines"""</span></span>' in lines
+    for line in re.findall(r'<span class="line"[^>]*>.*', lines):
+        assert line.count("<span") == line.count("</span>"), line
+    assert HTML_TAG.sub("", lines) == HTML_TAG.sub("", block)  # the text, hence what is copied, is unchanged
+    assert hooks.lines_of_code_blocks("<p><code>x\ny</code></p>") == "<p><code>x\ny</code></p>"  # inline code
+
+
+def load_hooks():
     spec = importlib.util.spec_from_file_location("docs_hooks", DOCS / "hooks.py")
     hooks = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hooks)
+    return hooks
+
+
+def test_the_hook_keeps_each_word_of_code_whole_and_leaves_tags_and_prose_alone():
+    hooks = load_hooks()
     page = ('<p>a well-known <code>--k 10 --loggers</code></p>'
             '<pre><code><span class="n">x</span> --seeds 0 1 CoLoR-gaussian &lt;a.b&gt; a - b routing_features</code></pre>')
     assert hooks.keep_words_of_code_whole(page) == (
