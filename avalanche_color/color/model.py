@@ -9,6 +9,7 @@ expert is: one :class:`~avalanche_color.lora.QVLoRA` in the
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
 from timm.models.vision_transformer import Attention, Block
@@ -65,6 +66,24 @@ class ExpertViT(RoutedExpertViT):
     @property
     def alpha(self) -> float:
         return self.config.scaling_alpha
+
+    @property
+    def top_m(self) -> int:
+        """The ``top_m`` option: how many experts the router proposes per sample at evaluation."""
+        return self.config.top_m
+
+    @property
+    def top_m_rule(self) -> str:
+        """The ``top_m_rule`` option: how one of the ``top_m`` candidates is picked."""
+        return self.config.top_m_rule
+
+    def start_expert(self, classes: Sequence[int], experience: int = -1, task: int = 0) -> int:
+        """Add an expert for ``classes`` (see :meth:`RoutedExpertViT.start_expert`); with ``warm_start=True``
+        it starts as the previous expert: its LoRA weights, and its head where the classes are the same."""
+        index = super().start_expert(classes, experience, task)
+        if self.config.warm_start and index > 0:
+            self.bank.copy_expert(index - 1, index)
+        return index
 
     # ------------------------------------------------------------------ LoRA experts (one QVLoRA per block)
 

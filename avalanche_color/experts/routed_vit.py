@@ -22,13 +22,14 @@ import hashlib
 from collections.abc import Iterator, Sequence
 from itertools import accumulate
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Literal, Optional, Protocol, TypeVar, Union, get_args
+from typing import Any, Callable, ClassVar, Literal, NamedTuple, Optional, Protocol, TypeVar, Union, get_args
 
 import torch
 from avalanche.models import MultiTaskModule
 from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor, nn
 
+from avalanche_color.color.config import CANDIDATE_RULES
 from avalanche_color.config import RoutingOptions
 from avalanche_color.experts.saved import check_stored_shapes, from_pretrained, save_pretrained, stored_expert_classes
 from avalanche_color.lora import (ExpertSelection, Segments, cached_stacks, pad_dim, source_key, trained_dtype,
@@ -37,6 +38,7 @@ from avalanche_color.routing.routers import make_router
 from avalanche_color.utils.experiences import (experience_classes, experience_task_labels,
                                                   refuse_chunks_without_boundaries)
 from avalanche_color.utils.files import PathLike
+from avalanche_color.utils.checks import one_of, positive_int, require
 from avalanche_color.utils.state import host_value
 
 # --------------------------------------------------------------------------------------------------
@@ -253,6 +255,20 @@ class ExpertBank(nn.Module):
                     parameter.grad = None
         self.trainable = expert
 
+    @torch.no_grad()
+    def copy_expert(self, source: int, target: int) -> bool:
+        """Give ``target`` ``source``'s module weights, and its head's where both heads have the same classes
+        (returns whether the head was copied); ``source`` itself is unchanged. An expert warm start."""
+        for slot in self.slots:
+            for copied, original in zip(slot[target].parameters(), slot[source].parameters(), strict=True):
+                copied.copy_(original)
+        heads = self.heads[target], self.heads[source]
+        same_classes = torch.equal(heads[0].classes, heads[1].classes)
+        if same_classes:
+            heads[0].linear.weight.copy_(heads[1].linear.weight)
+            heads[0].linear.bias.copy_(heads[1].linear.bias)
+        return same_classes
+
     def newest_unfinished(self) -> Optional[int]:
         """The newest expert if its experience is not over (the one that trains after loading), else None."""
         newest = len(self) - 1
@@ -383,6 +399,59 @@ def _head_logits(heads: nn.ModuleList, pooled: Tensor, segments: Segments, num_c
         head = heads[expert]
         logits[run, head.classes] = head(pooled[run]).to(logits.dtype)  # under autocast the head may differ
     return logits
+
+
+# --------------------------------------------------------------------------------------------------
+# Top-m routing: the router proposes its m best experts per sample, all m run, a rule picks one.
+#
+# Beyond the paper (``top_m=1``, the default, is the router's own choice and takes none of this). The m
+# candidates of a batch run as one mixed batch of m x batch rows (:meth:`RoutedExpertViT.propose`), so
+# the cost is one routing pass and m expert passes, whatever the number of experts.
+
+class Candidates(NamedTuple):
+    """The experts top-m routing proposes for a batch of B images, best first, and what each computes.
+
+    Attributes:
+        experts: (B, m) each sample's candidate experts, in the router's order (column 0: its own choice).
+        scores: (B, m) the router's score of each candidate (higher is better, see ``Router.expert_scores``).
+        logits: (B, m, classes) each candidate's global-class logits on its sample (-inf outside its classes).
+    """
+
+    experts: Tensor
+    scores: Tensor
+    logits: Tensor
+
+    def pick(self, rule: str) -> tuple[Tensor, Tensor]:
+        """The chosen candidate's logits (B, classes) and expert (B,) under ``rule`` (:func:`candidate_merit`);
+        a tie goes to the candidate the router ranks first."""
+        choice = candidate_merit(self.logits, self.scores, rule).argmax(dim=1, keepdim=True)  # the first maximum
+        rows = choice.unsqueeze(2).expand(-1, 1, self.logits.shape[2])
+        return self.logits.gather(1, rows).squeeze(1), self.experts.gather(1, choice).squeeze(1)
+
+
+def candidate_merit(logits: Tensor, scores: Tensor, rule: str) -> Tensor:
+    """(B, m) how good each candidate's answer looks, under ``rule`` (CoLoR's ``top_m_rule``):
+
+    * ``"router_product"``: its largest softmax probability (over its head's classes) times the router's
+      softmax over the m candidates' ``scores`` (a router that is sure of its choice keeps it);
+    * ``"confidence"``: its largest softmax probability alone.
+
+    A third rule, minus the entropy of the softmax, was measured and left out: below ``"confidence"`` on
+    every stream it was tried on.
+    """
+    require("top_m_rule", rule, one_of(CANDIDATE_RULES))
+    confidence = logits.softmax(dim=-1).amax(dim=-1)  # -inf outside the head's classes: probability 0
+    if rule == "confidence":
+        return confidence
+    return confidence * scores.to(confidence.dtype).softmax(dim=-1)
+
+
+def top_candidates(scores: Tensor, m: int) -> tuple[Tensor, Tensor]:
+    """The m best experts of each row of ``scores`` (B, experts) and their scores, best first; where a row
+    has fewer than m experts the router knows (-inf), its best one fills the rest."""
+    best, experts = scores.topk(m, dim=1)
+    known = torch.isfinite(best)
+    return torch.where(known, experts, experts[:, :1]), torch.where(known, best, best[:, :1])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -559,7 +628,8 @@ class RoutedExpertViT(MultiTaskModule):
     * no expert yet: zeros (Avalanche evaluates once before the first training step);
     * train mode: the expert that trains, for every sample (a ``RuntimeError`` once every expert
       is finished: call ``model.eval()``);
-    * eval mode: each sample's routed expert, kept in :attr:`routed_experts`.
+    * eval mode: each sample's routed expert, kept in :attr:`routed_experts` (with ``top_m`` > 1: the
+      candidate the rule picks among the router's m best, see :meth:`propose`).
 
     Subclasses give ``__init__`` their :class:`ExpertKind` (the slots and
     how a new expert is made), implement :meth:`features`, and set ``options_class`` and
@@ -698,7 +768,7 @@ class RoutedExpertViT(MultiTaskModule):
             return x.new_zeros(x.shape[0], self.num_classes)
         elif self.training:
             experts = self.training_expert()
-        elif self.eval_cache is not None:
+        elif self.eval_cache is not None or self.top_m > 1:
             logits, self.routed_experts = self.route_and_predict(x, task_labels)
             return logits
         else:
@@ -738,33 +808,71 @@ class RoutedExpertViT(MultiTaskModule):
         return self.config.routing_features == "backbone" or bool(self.num_experts and self.bank.finished[0])
 
     def route(self, x: Tensor, task_labels: Optional[Tensor] = None, keys: Optional[list[bytes]] = None) -> Tensor:
-        """The expert index of each sample, chosen by the router. ``keys`` (the images' content hashes)
-        let the evaluation cache supply routing features it computed before, while they are frozen."""
+        """The expert index of each sample, chosen by the router (with ``top_m`` > 1, the first of the
+        candidates :meth:`propose` gives). ``keys`` (the images' content hashes) let the evaluation cache
+        supply routing features it computed before, while they are frozen."""
         if task_labels is not None:
             task_labels = torch.as_tensor(task_labels, device=x.device).expand(x.shape[0])
-        features = None
-        if self.router.uses_features:
-            if keys is not None and self.eval_cache is not None and self.routing_features_frozen():
-                features = self.eval_cache.routing_features(x, keys, self.routing_features)
-            else:
-                features = self.routing_features(x)
-        return self.router(features, task_labels, self.bank.tasks)
+        return self.router(self._router_features(x, keys), task_labels, self.bank.tasks)
+
+    def _router_features(self, x: Tensor, keys: Optional[list[bytes]]) -> Optional[Tensor]:
+        """The routing features the router reads (None for the oracle), from the evaluation cache where it may."""
+        if not self.router.uses_features:
+            return None
+        if keys is not None and self.eval_cache is not None and self.routing_features_frozen():
+            return self.eval_cache.routing_features(x, keys, self.routing_features)
+        return self.routing_features(x)
+
+    @property
+    def top_m(self) -> int:
+        """How many experts the router proposes per sample at evaluation (:meth:`propose`); 1: its own
+        choice. CoLoR's ``top_m`` option (:class:`~avalanche_color.ExpertViT`)."""
+        return 1
+
+    @property
+    def top_m_rule(self) -> str:
+        """How one of the ``top_m`` candidates is picked (:func:`candidate_merit`)."""
+        return "router_product"
+
+    def propose(self, x: Tensor, m: Optional[int] = None, keys: Optional[list[bytes]] = None) -> Candidates:
+        """Top-m routing's candidates for images ``x``: the router's ``m`` best experts per sample (default
+        :attr:`top_m`; at most the number of experts) and each one's logits on its sample, computed as one
+        mixed batch of m x batch rows after one routing pass. ``keys``: as in :meth:`route`, and the evaluation
+        cache supplies finished experts' logits it computed before."""
+        require("m", self.top_m if m is None else m, positive_int)
+        m = min(self.top_m if m is None else m, self.num_experts)
+        experts, scores = top_candidates(self.router.expert_scores(self._router_features(x, keys), self.num_experts), m)
+        rows = experts.T.reshape(-1)  # candidate-major: row j * batch + i is sample i's j-th candidate
+        images = x.repeat(m, *([1] * (x.dim() - 1)))
+        logits = self.predict(images, rows) if keys is None else self._cached_predict(images, keys * m, rows)
+        return Candidates(experts, scores, logits.view(m, x.shape[0], -1).transpose(0, 1))
+
+    def _cached_predict(self, x: Tensor, keys: list[bytes], experts: Tensor) -> Tensor:
+        """:meth:`predict` of ``experts``, through the evaluation cache (finished experts' rows seen before reused)."""
+        if self.eval_cache is None:
+            return self.predict(x, experts)
+        finished = host_value(self.bank, "finished", self.bank.finished, lambda tensor: tensor.tolist())
+        return self.eval_cache.predict(x, keys, experts, self.num_classes, self.predict,
+                                       lambda expert: finished[expert])
 
     def route_and_predict(self, x: Tensor, task_labels: Optional[Tensor] = None) -> tuple[Tensor, Optional[Tensor]]:
         """The routed prediction of an eval-mode ``model(x)``, in either mode: the logits and each sample's
         expert (None while there is no expert). With ``cache_evaluation=True``, routing features and finished
-        experts' logits of images seen before are reused: the same values, computed without gradients."""
+        experts' logits of images seen before are reused: the same values, computed without gradients. With
+        ``top_m`` > 1, the expert :meth:`propose`'s candidates and ``top_m_rule`` pick."""
         if not self.num_experts:
             return x.new_zeros(x.shape[0], self.num_classes), None
         if self.eval_cache is None:
+            if self.top_m > 1:
+                return self.propose(x).pick(self.top_m_rule)
             experts = self.route(x, task_labels)
             return self.predict(x, experts), experts
         with torch.no_grad():
             keys = image_keys(x)
+            if self.top_m > 1:
+                return self.propose(x, keys=keys).pick(self.top_m_rule)
             experts = self.route(x, task_labels, keys)
-            finished = host_value(self.bank, "finished", self.bank.finished, lambda tensor: tensor.tolist())
-            return self.eval_cache.predict(x, keys, experts, self.num_classes, self.predict,
-                                           lambda expert: finished[expert]), experts
+            return self._cached_predict(x, keys, experts), experts
 
     def train(self, mode: bool = True) -> "RoutedExpertViT":
         super().train(mode)

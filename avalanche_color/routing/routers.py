@@ -129,6 +129,14 @@ class Router(nn.Module):
         """
         raise NotImplementedError
 
+    def expert_scores(self, features: Tensor, num_experts: int) -> Tensor:
+        """(n, num_experts) how well each expert fits each sample, higher is better, -inf for an expert the
+        router does not know (every expert it knows is one of the model's ``num_experts``); the best is the
+        expert :meth:`forward` picks (up to ties). Top-m routing ranks its candidates by it
+        (:meth:`~avalanche_color.experts.routed_vit.RoutedExpertViT.propose`)."""
+        raise ValueError(f"a {type(self).__name__} picks one expert per sample and scores none: top_m > 1 "
+                         f"needs router='prototypes', 'ridge' or 'gaussian'")
+
 
 class PrototypeRouter(Router):
     """Every expert's prototypes, and the nearest-prototype choice of expert.
@@ -181,6 +189,18 @@ class PrototypeRouter(Router):
                 expert_tasks: Optional[Tensor] = None) -> Tensor:
         """The expert of each feature row's nearest prototype, shape (n,); the distances in float32
         under any autocast (bfloat16 distances would change the nearest prototype of some samples)."""
+        return self.owners[self.distances(features).argmin(dim=1)]
+
+    @in_full_precision
+    def expert_scores(self, features: Tensor, num_experts: int) -> Tensor:
+        """(n, num_experts): minus the distance to each expert's nearest prototype (-inf: none)."""
+        distances = self.distances(features)
+        nearest = distances.new_full((distances.shape[0], num_experts), float("inf"))
+        nearest.scatter_reduce_(1, self.owners.expand(distances.shape[0], -1), distances, "amin")
+        return -nearest
+
+    def distances(self, features: Optional[Tensor]) -> Tensor:
+        """(n, prototypes) float32 distances of each feature row to every prototype."""
         if not self.owners.numel():
             raise RuntimeError("no prototypes yet: the router is fitted after the first experience")
         if features is None:
@@ -188,10 +208,8 @@ class PrototypeRouter(Router):
         features = features.float()
         if self.distance == "cosine":
             normalize = nn.functional.normalize
-            distances = 1 - normalize(features, dim=-1) @ normalize(self.prototypes, dim=-1).T
-        else:
-            distances = torch.cdist(features, self.prototypes, p=2.0 if self.distance == "euclidean" else 1.0)
-        return self.owners[distances.argmin(dim=1)]
+            return 1 - normalize(features, dim=-1) @ normalize(self.prototypes, dim=-1).T
+        return torch.cdist(features, self.prototypes, p=2.0 if self.distance == "euclidean" else 1.0)
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
         take_stored_shapes(self, state_dict, prefix, ("prototypes", "owners"))  # they grow with the stream
@@ -323,6 +341,13 @@ class ClassRouter(Router):
         if features is None:
             raise ValueError(f"the {self.kind} router routes by features: give the routing features")
         return self.pair_experts[self.pair_scores(features).argmax(dim=1)]
+
+    def expert_scores(self, features: Tensor, num_experts: int) -> Tensor:
+        """(n, num_experts): each expert's best pair score (-inf: an expert with no pair yet)."""
+        scores = self.pair_scores(features)
+        best = scores.new_full((scores.shape[0], num_experts), float("-inf"))
+        best.scatter_reduce_(1, self.pair_experts.expand(scores.shape[0], -1), scores, "amax")
+        return best
 
     def _targets(self, expert: int, labels: Tensor) -> Tensor:
         """Each label's pair index for ``expert``, adding the pairs not seen before."""
