@@ -32,7 +32,8 @@ routing < experts < training < color, peers < baselines < evaluation (``tests/te
 
 Importing the package is quick: the names below are imported on first use (``from avalanche_color
 import CoLoR`` imports torch, timm and Avalanche then), so a script or command line can read
-:mod:`avalanche_color.config` or ``--help`` without them.
+:mod:`avalanche_color.config` or ``--help`` without them. That first import checks that torchvision works
+with the installed torch (an ``ImportError`` names both versions and the command that fixes it).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from avalanche_color.version import __version__ as __version__  # re-exported
+from avalanche_color.utils.install_check import check_torch_pair as _check_torch_pair
 
 # Avalanche imports qpsolvers (for GEM, which nothing here uses) with any of its packages, avalanche.benchmarks
 # included, and qpsolvers warns on import when no QP solver imports. Filtered here, narrowly (this message, from
@@ -93,6 +95,9 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'avalanche_color' has no attribute {name!r}")
+    # The first public name used imports torch: a torchvision made for another torch build is named there, in
+    # one line with the fix, not as a RuntimeError from deep inside timm or Avalanche (utils/install_check.py).
+    _check_torch_pair()
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # later look-ups do not come here
     return value
