@@ -123,7 +123,7 @@ def test_colors_options_are_its_groups_in_the_order_its_config_combines_them():
     groups = [LoRAOptions, RoutingOptions, PrototypeOptions, ExpertTrainingOptions, TrainingOptions, PrecisionOptions,
               LoaderOptions]
     assert list(CoLoRConfig.names()) == [name for group in groups for name in inspect.get_annotations(group)]
-    assert CoLoRConfig.names()[:3] == ("rank", "alpha", "routing_features")
+    assert CoLoRConfig.names()[:6] == ("rank", "alpha", "warm_start", "top_m", "top_m_rule", "routing_features")
 
 
 @pytest.mark.parametrize("strategy, config_class", DERIVED)

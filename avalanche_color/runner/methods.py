@@ -11,7 +11,7 @@ methods at once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import import_module
 from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, cast
 
@@ -140,7 +140,7 @@ COLOR_LR_CHOICE = ("--color-lr (default 0.05, set by hand for the runner's short
                    "the CoLoR paper's")
 
 
-def _color_options(routing: dict[str, str]) -> Callable[[MethodRun], dict[str, Any]]:
+def _color_options(routing: dict[str, Any]) -> Callable[[MethodRun], dict[str, Any]]:
     def options(run: MethodRun) -> dict[str, Any]:
         ridge = {"router_width": run.config.ridge_width} if routing.get("router") == "ridge" else {}
         return dict(rank=run.rank, lr=run.config.color_lr, **routing, k=run.k,
@@ -149,7 +149,7 @@ def _color_options(routing: dict[str, str]) -> Callable[[MethodRun], dict[str, A
     return options
 
 
-def _color(name: str, about: str, task_labels: bool = False, **routing: str) -> Method:
+def _color(name: str, about: str, task_labels: bool = False, **routing: Any) -> Method:
     return Method(name, _color_options(routing), "CoLoR", about=about, lora=True, prototypes=True,
                   frozen_backbone=True, task_labels=task_labels, distributed=True, checkpoint=True,
                   lr_chosen_by=COLOR_LR_CHOICE, trains_as="" if name == "CoLoR" else "CoLoR")
@@ -182,6 +182,13 @@ COLOR = (
            router="gaussian"),
     _color("CoLoR++-ridge", "CoLoR++'s features, the ridge router", routing_features="first_expert",
            router="ridge"),
+    # Beyond the paper, in the experts: a new expert warm-started from the previous one (it trains otherwise than
+    # CoLoR's, so no lr is carried from CoLoR), and top-2 routing (trains as CoLoR; only evaluation differs).
+    replace(_color("CoLoR-warm", "CoLoR, each new expert starting from the previous one (its head too where the "
+                   "classes are the same)", routing_features="backbone", router="prototypes", warm_start=True),
+            trains_as=""),
+    _color("CoLoR-top2", "CoLoR, the router's two best experts run; the answer of the best confidence times router weight",
+           routing_features="backbone", router="prototypes", top_m=2),
     Method("Joint-LoRA", _joint_lora_options, "JointLoRA", _build_joint_lora,
            about="one CoLoR expert trained on the whole stream at once (an upper bound)", lora=True, joint=True,
            lr_chosen_by=COLOR_LR_CHOICE),
