@@ -131,22 +131,23 @@ def least_entropy(candidates: Candidates) -> tuple[torch.Tensor, torch.Tensor]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    timed = commands.add_parser("cost", help="time per test image against m, as ratios side by side")
+    parser.add_argument("command", choices=("cost", "rules"),
+                        help="cost: time per test image against m, as ratios side by side; rules: the rules' "
+                             "accuracy on the tests' tiny seeded streams")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (rules: 1 by default)")
+    timed = parser.add_argument_group("cost")
     timed.add_argument("--model", default="vit_base_patch16_224")
     timed.add_argument("--device", default=None)
     timed.add_argument("--batch-size", type=int, default=32)
     timed.add_argument("--experts", type=int, default=10)
     timed.add_argument("--rank", type=int, default=8)
     timed.add_argument("--rounds", type=int, default=5)
-    timed.add_argument("--threads", type=int, default=None)
-    measured = commands.add_parser("rules", help="the rules' accuracy on the tests' tiny seeded streams")
+    measured = parser.add_argument_group("rules")
     measured.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     measured.add_argument("--epochs", type=int, default=4)
     measured.add_argument("--lr", type=float, default=0.05)
     measured.add_argument("--shift", type=float, default=0.25, help="the domains' offset: lower, harder to route")
     measured.add_argument("--routers", nargs="+", default=["prototypes", "gaussian"])
-    measured.add_argument("--threads", type=int, default=None)
     args = parser.parse_args(argv)
     cost(args) if args.command == "cost" else rules(args)
 
