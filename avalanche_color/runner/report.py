@@ -120,6 +120,25 @@ def tuning_table(tuning: dict[str, Any]) -> str:
     return f"Learning rates chosen by `--tune {tuning['tuned']}` ({split}):\n\n{markdown_table(rows)}{beyond}"
 
 
+def learned_nothing_note(runs: Sequence[Run]) -> str:
+    """One line naming the runs with an experience that learned nothing (each record's ``learned_nothing``: its
+    training accuracy no better than chance, or its loss did not fall), with their experiences and learning rate;
+    empty when there are none."""
+    found = []
+    for run in runs:
+        findings = run.get("learned_nothing") or []
+        if findings:
+            experiences = ", ".join(str(finding["experience"]) for finding in findings)
+            lrs = sorted({finding["lr"] for finding in findings if finding.get("lr") is not None})
+            lr = f", lr {', '.join(f'{value:g}' for value in lrs)}" if lrs else ""
+            found.append(f"{run['label']} seed {run['seed']} (experience{'s' if len(findings) > 1 else ''} "
+                         f"{experiences}{lr})")
+    if not found:
+        return ""
+    return (f"Learned nothing (training accuracy no better than chance, or the loss did not fall; see each run's "
+            f"`learned_nothing` in results.json): {'; '.join(found)}.")
+
+
 def write_csv(runs: Sequence[Run], folder: Path) -> None:
     """``runs.csv``: one row per (method, seed); ``accuracy_matrices.csv``: one row per matrix entry."""
     fields = ["label", "method", "seed", "rank", "k", "average_accuracy", "forgetting", "routing_accuracy",
@@ -191,6 +210,9 @@ def write_results(result: dict[str, Any], config: RunConfig, spec: BenchmarkSpec
     write_atomically(out / "results.json", (json.dumps(result, indent=2) + "\n").encode())
     write_csv(runs, out)
     table = markdown_table(summary_rows(runs))
+    note = learned_nothing_note(runs)
+    if note:
+        table += f"\n\n{note}"
     if "tuning" in result:
         table += f"\n\n{tuning_table(result['tuning'])}"
     command = f"`{config.command}`\n\n" if config.command else ""

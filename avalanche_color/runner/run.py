@@ -26,6 +26,7 @@ from avalanche_color.runner.backbone_loading import with_head
 from avalanche_color.runner.config import RunConfig, config_record, jsonable
 from avalanche_color.runner.methods import MethodRun, method
 from avalanche_color.runner.report import forgetting, weighted_mean
+from avalanche_color.training.learning_check import LearningCheckPlugin, learning_check
 
 # Task<t>/ is absent where the experiences declare no task labels (benchmark_from_datasets streams).
 PER_EXPERIENCE = re.compile(r"^(?P<metric>\w+)/eval_phase/test_stream/(?:Task\d+/)?Exp(?P<experience>\d+)$")
@@ -136,7 +137,20 @@ def build_method(name: str, config: RunConfig, backbone: Callable[[int], Any], n
     run = MethodRun(config=config, rank=rank, k=k, num_classes=num_classes, backbone=backbone,
                     strategy_options=dict(train_mb_size=config.batch_size, train_epochs=config.epochs,
                                           eval_mb_size=EVAL_BATCH, device=device, evaluator=evaluator(loggers)))
-    return entry.build_strategy(run)
+    strategy = entry.build_strategy(run)
+    checked(strategy)
+    return strategy
+
+
+def checked(strategy: Any) -> LearningCheckPlugin:
+    """The :class:`~avalanche_color.LearningCheckPlugin` of ``strategy``: its own (the package's strategies add one),
+    else one added now (Avalanche's strategies: Naive, EWC, LwF, Replay, JointTraining), so every method the
+    runner trains is checked alike for an experience that learned nothing."""
+    plugin = learning_check(strategy)
+    if plugin is None:
+        plugin = LearningCheckPlugin()
+        strategy.plugins.append(plugin)
+    return plugin
 
 
 def run_method(planned: PlannedRun, benchmark, spec: BenchmarkSpec, backbone: VisionTransformer, config: RunConfig,
@@ -166,6 +180,7 @@ def run_method(planned: PlannedRun, benchmark, spec: BenchmarkSpec, backbone: Vi
             loggers.append(stack.enter_context(wandb))  # finished even if training fails
         strategy = entry.build_strategy(method_run(planned, backbone, spec, config, device, loggers,
                                           num_experiences=len(benchmark.train_stream)), options)
+        learning = checked(strategy)  # after each experience: a warning if it learned nothing, recorded below
         if progress:
             strategy.plugins.append(TrainingProgress(f"{planned.label} seed {planned.seed}",
                                                      len(benchmark.train_stream)))
@@ -202,6 +217,8 @@ def run_method(planned: PlannedRun, benchmark, spec: BenchmarkSpec, backbone: Vi
                                  if entry.prototypes and spec.paired_test_stream else None),
             "lr": learning_rate(strategy, options),
             "lr_chosen_by": lr.chosen_by if lr is not None else entry.lr_chosen_by or None,
+            # Each experience whose training accuracy was no better than chance or whose loss did not fall.
+            "learned_nothing": [finding.record() for finding in learning.findings],
             "trainable_parameters_per_experience": trainable_parameters_per_experience(strategy,
                                                                                        benchmark.train_stream[0]),
             "wall_seconds": time.perf_counter() - wall,

@@ -3,7 +3,7 @@
 * :class:`StrategyBase`: what every strategy of the package is, the baselines included: an Avalanche
   ``SupervisedTemplate`` (or ``JointTraining``) with the model given first as ``Strategy(vit, **options)``,
   the Avalanche plugins that cannot act on it refused with the reason, the data checks first among the
-  plugins, the loader options in every loader, the training and evaluation loops under the chosen
+  plugins and the check that each experience learned something next, the loader options in every loader, the training and evaluation loops under the chosen
   numeric precision (:class:`MixedPrecision`, held as ``self.precision``), the learning-rate schedule of
   the experience (``self.lr_scheduler``, made by the ``restart_*`` methods) stepped after every optimiser
   step, and an unpadded evaluation shard per rank under torchrun. A strategy that names its options
@@ -61,6 +61,7 @@ from avalanche_color.experts.routed_vit import RoutedExpertViT
 from avalanche_color.training.data_checks import DataChecksPlugin
 from avalanche_color.training.distributed import (eval_loader, eval_row_counts, gather_eval_batch, is_distributed,
                                                   wrap_current_expert)
+from avalanche_color.training.learning_check import LearningCheckPlugin
 from avalanche_color.training.loaders import loader_options
 from avalanche_color.training.router_fitting import PrototypeRouterPlugin
 from avalanche_color.utils.checks import docstring_item, one_of, require, usable_device
@@ -106,7 +107,10 @@ class StrategyBase(SupervisedTemplate):
             (:meth:`refuse_incompatible_plugins`).
         scan_experiences: the :class:`~avalanche_color.DataChecksPlugin`, always first, scans each
             training experience's samples before anything changes for it (without the scan, empty
-            experiences, non-finite evaluation pixels and a non-finite loss are still refused).
+            experiences, non-finite evaluation pixels and a non-finite loss are still refused). A
+            :class:`~avalanche_color.LearningCheckPlugin` follows it: after each experience it warns
+            (:class:`~avalanche_color.ExpertLearnedNothing`) if the experience's training accuracy is no better
+            than chance or its loss did not fall.
         own_plugins: the plugins the method itself needs, after the data checks and before the user's.
         plugins_checked: the subclass has refused them already, before its costly steps (copying
             the ViT), so they are not looked at again.
@@ -157,7 +161,8 @@ class StrategyBase(SupervisedTemplate):
         self._eval_row_counts: Iterator[list[int]] = iter(())
         # Bad data is refused first, before any other plugin or the model adaptation acts on it.
         checks = DataChecksPlugin(scan_experiences=scan_experiences)
-        super().__init__(plugins=[checks, *own_plugins, *(plugins or ())], **template_options)
+        # Then a word after each experience whose training learned nothing (a finite loss that stays at chance).
+        super().__init__(plugins=[checks, LearningCheckPlugin(), *own_plugins, *(plugins or ())], **template_options)
 
     @classmethod
     def refuse_incompatible_plugins(cls, plugins: Optional[Iterable[BasePlugin]]) -> None:
