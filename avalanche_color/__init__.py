@@ -160,6 +160,8 @@ if TYPE_CHECKING:  # the public names (see _public_names), imported eagerly for 
     from avalanche_color.training.strategy import ConfiguredStrategy as ConfiguredStrategy
     from avalanche_color.training.strategy import MixedPrecision as MixedPrecision
     from avalanche_color.training.data_checks import DataChecksPlugin as DataChecksPlugin
+    from avalanche_color.training.learning_check import ExpertLearnedNothing as ExpertLearnedNothing
+    from avalanche_color.training.learning_check import LearningCheckPlugin as LearningCheckPlugin
     from avalanche_color.training.distributed import init_distributed as init_distributed
     from avalanche_color.training.loaders import data_loader as data_loader
     from avalanche_color.training.loaders import loader_options as loader_options
