@@ -353,8 +353,8 @@ def test_registry_builds_the_offline_streams_with_its_keywords(pacs_zip, tiny_im
         assert sorted(few.dataset.targets) == sorted(set(whole.dataset.targets))
     for whole, same in zip(benchmark.test_stream, subsampled.test_stream):  # the test split does not move
         assert list(whole.dataset.targets) == list(same.dataset.targets)
-    with pytest.raises(ValueError, match="train_per_class is only supported for pacs, split_tiny_imagenet, not "
-                                         "digits_class"):
+    with pytest.raises(ValueError, match="train_per_class is not supported for digits_class: only pacs, "
+                                         "split_tiny_imagenet, image_folder_class, image_folder_domain take it"):
         benchmark_spec("digits_class").stream(StreamRequest(SIZE, train_per_class=1, **NORM))
     benchmark = benchmark_spec("split_tiny_imagenet").stream(
         StreamRequest(TINY_SIZE, data=tiny_imagenet, train_per_class=1, **NORM))

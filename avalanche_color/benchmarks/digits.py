@@ -10,18 +10,27 @@ plain domain. The other 70% are split 70/30 into the streams' train and test dat
 * class-incremental: 5 experiences of 2 digits each (0-1, 2-3, ...);
 * domain-incremental: the same 10 digits in 4 visibly different domains, one
   per experience: plain, inverted, rotated by 90 degrees, and tinted on noise.
+
+The streams take any backbone: ``image_size``, ``mean``, ``std`` and ``interpolation`` (the
+backbone's, :func:`~avalanche_color.backbone_data_config`) normalise the 16 px images and resize
+them, when a sample is drawn, to the backbone's input side. The defaults are the bundled digits
+ViT's (16 px, mean and std 0.5): its streams hold the normalised 16 px images themselves, with no
+transform.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 from avalanche.benchmarks import tensors_benchmark
 from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor, nn
+from torchvision.transforms.v2 import functional
 
+from avalanche_color.benchmarks.stream_building import DEFAULT_MEAN, DEFAULT_STD, generic_benchmark
+from avalanche_color.benchmarks.transforms import _channel_values, _mode
 
 IMAGE_SIZE = 16
 NUM_CLASSES = 10
@@ -52,9 +61,38 @@ def digits_split(seed: int = 0) -> DigitsSplit:
     return DigitsSplit(take(pretrain), take(train), take(test))
 
 
-def normalise(images: Tensor) -> Tensor:
-    """Centre [0, 1] images around 0, as the backbone was pretrained."""
-    return (images - 0.5) / 0.5
+def normalise(images: Tensor, mean: Sequence[float] = DEFAULT_MEAN, std: Sequence[float] = DEFAULT_STD) -> Tensor:
+    """[0, 1] images normalised per channel by ``mean`` and ``std`` (the default: centred around 0, as the digits
+    backbone was pretrained)."""
+    mean, std = _channel_values("mean", mean), _channel_values("std", std)
+    if min(std) <= 0:
+        raise ValueError(f"std must be positive for every channel, got {std}")
+    if len(set(mean)) == 1 and len(set(std)) == 1:  # the same number for every channel, as the digits' own
+        return (images - mean[0]) / std[0]
+    return (images - torch.tensor(mean).view(1, 3, 1, 1)) / torch.tensor(std).view(1, 3, 1, 1)
+
+
+class Resized:
+    """A (3, H, W) image resized to ``image_size`` px with ``interpolation`` (timm's name), when a sample is
+    drawn: the streams keep their 16 px images, however large the backbone's input."""
+
+    def __init__(self, image_size: int, interpolation: str = "bilinear") -> None:
+        if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
+            raise ValueError(f"image_size must be a positive int, got {image_size!r}")
+        self.image_size, self.mode = image_size, _mode(interpolation)
+
+    def __call__(self, image: Tensor) -> Tensor:
+        return functional.resize(image, [self.image_size, self.image_size], interpolation=self.mode, antialias=True)
+
+
+def _benchmark(train: list, test: list, task_labels: bool, image_size: int, interpolation: str):
+    """The stream of (normalised 16 px images, labels) per experience, resized to ``image_size`` on the fly."""
+    labels = list(range(len(train))) if task_labels else [0] * len(train)
+    if image_size == IMAGE_SIZE:  # the digits backbone's own size: the tensors as they are
+        return tensors_benchmark(train, test, task_labels=labels)
+    resize = Resized(image_size, interpolation)
+    return generic_benchmark(tensors_benchmark, train, test, task_labels=labels, train_transform=resize,
+                             eval_transform=resize)
 
 
 def in_domain(images: Tensor, domain: str, seed: int) -> Tensor:
@@ -73,27 +111,36 @@ def in_domain(images: Tensor, domain: str, seed: int) -> Tensor:
     raise ValueError(f"domain must be one of {DOMAINS}, got {domain!r}")
 
 
-def class_incremental_stream(split: DigitsSplit, classes_per_experience: int = 2, task_labels: bool = False):
-    """Disjoint digit pairs per experience; task label 0 throughout, or the experience's index."""
+def class_incremental_stream(split: DigitsSplit, classes_per_experience: int = 2, task_labels: bool = False, *,
+                             image_size: int = IMAGE_SIZE, mean: Sequence[float] = DEFAULT_MEAN,
+                             std: Sequence[float] = DEFAULT_STD, interpolation: str = "bilinear"):
+    """Disjoint digit pairs per experience; task label 0 throughout, or the experience's index.
+
+    ``image_size``, ``mean``, ``std``, ``interpolation``: the backbone's input side and preprocessing
+    (default: the digits backbone's, 16 px, 0.5 and 0.5).
+    """
     train, test = [], []
     for first in range(0, NUM_CLASSES, classes_per_experience):
         classes = torch.arange(first, first + classes_per_experience)
         for (images, labels), store in ((split.train, train), (split.test, test)):
             keep = torch.isin(labels, classes)
-            store.append((normalise(images[keep]), labels[keep]))
-    return tensors_benchmark(train, test, task_labels=list(range(len(train))) if task_labels else [0] * len(train))
+            store.append((normalise(images[keep], mean, std), labels[keep]))
+    return _benchmark(train, test, task_labels, image_size, interpolation)
 
 
-def domain_incremental_stream(split: DigitsSplit, domains: tuple[str, ...] = DOMAINS, task_labels: bool = False):
+def domain_incremental_stream(split: DigitsSplit, domains: tuple[str, ...] = DOMAINS, task_labels: bool = False, *,
+                              image_size: int = IMAGE_SIZE, mean: Sequence[float] = DEFAULT_MEAN,
+                              std: Sequence[float] = DEFAULT_STD, interpolation: str = "bilinear"):
     """All ten digits in every experience, one domain each; the train and test images differ.
 
-    Task label 0 throughout, or the experience's index with ``task_labels=True``.
+    Task label 0 throughout, or the experience's index with ``task_labels=True``. ``image_size``, ``mean``,
+    ``std``, ``interpolation``: as :func:`class_incremental_stream`'s. A domain is drawn at 16 px, then resized.
     """
     train, test = [], []
     for index, domain in enumerate(domains):
         for (images, labels), store, salt in ((split.train, train, 0), (split.test, test, 1)):
-            store.append((normalise(in_domain(images, domain, seed=2 * index + salt)), labels))
-    return tensors_benchmark(train, test, task_labels=list(range(len(train))) if task_labels else [0] * len(train))
+            store.append((normalise(in_domain(images, domain, seed=2 * index + salt), mean, std), labels))
+    return _benchmark(train, test, task_labels, image_size, interpolation)
 
 
 # timm's vit_tiny architecture resized: 4 blocks, width 64, 4 heads, 4 px patches on 16 px images.

@@ -5,18 +5,43 @@ mean and std, the seed, whether experience i gets task label i, and a per-class 
 training data), so the runner treats all streams alike; :meth:`BenchmarkSpec.stream` refuses what
 a benchmark does not support before building anything. A new benchmark is one builder and one entry
 of :data:`BENCHMARKS` (and, for the paper's settings, a preset in ``runner/presets.py``).
+
+The user's own data runs too (:mod:`~avalanche_color.benchmarks.user_data`): ``image_folder_class`` and
+``image_folder_domain`` read an image-folder tree, and a name ``package.module:function`` (the form entry
+points use) calls that function for the benchmark it returns. Their classes, k and pairing are the data's:
+:func:`measured_spec` reads them from the built stream.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Literal, Optional, Sequence
 
 Scenario = Literal["domain-incremental", "class-incremental"]
 # What a benchmark does with --data: nothing (the bundled digits), an optional zip file or folder
-# (else AVALANCHE_COLOR_DATA or a download), or a required folder (its data set is or will be there).
-DataUse = Literal["none", "optional", "required"]
+# (else AVALANCHE_COLOR_DATA or a download), a required folder (its data set is or will be there), a folder that
+# must exist (the user's image folders), or any existing path, given to a user's function as it is.
+DataUse = Literal["none", "optional", "required", "existing_folder", "passed"]
+# A user's benchmark function, named as entry points name objects: package.module:function (or :Class.method).
+CALLABLE_NAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+CALLABLE_FORM = "package.module:function"
+
+
+def is_callable_name(name: object) -> bool:
+    """Whether ``name`` names a user's benchmark function (``package.module:function``)."""
+    return isinstance(name, str) and CALLABLE_NAME.match(name) is not None
+
+
+class SettingError(ValueError):
+    """A stream refused for one of the runner's settings: ``setting`` is its name (a RunConfig field, e.g.
+    ``"experiences"``), so that the runner names the right flag."""
+
+    def __init__(self, setting: str, message: str) -> None:
+        super().__init__(message)
+        self.setting = setting
 
 
 @dataclass(frozen=True)
@@ -34,6 +59,8 @@ class StreamRequest:
             where the benchmark supports it; None: all.
         augmentation: the offline streams' training augmentation, ``"light"`` or ``"paper"``
             (:mod:`~avalanche_color.benchmarks.transforms`); None: the benchmark's own.
+        experiences: how many experiences a class-incremental image folder's classes are split into;
+            None: two classes each.
     """
 
     image_size: int
@@ -45,6 +72,7 @@ class StreamRequest:
     train_per_class: Optional[int] = None
     interpolation: str = "bilinear"
     augmentation: Optional[str] = None
+    experiences: Optional[int] = None
 
     @property
     def images(self) -> dict[str, Any]:
@@ -73,21 +101,45 @@ class BenchmarkSpec:
     data: DataUse = "optional"
     subsample: bool = False  # takes train_per_class
     # The augmentations it takes (the first is its own): the offline streams either, the paper's streams
-    # S-Prompts' alone, the digits none (their 16 px images go to the backbone as they are).
+    # S-Prompts' alone, the digits none (their images are only resized to the backbone's input), a user's
+    # function none (it makes its own transforms).
     augmentations: tuple[str, ...] = ()
+    splits_classes: bool = False  # takes experiences (the number its classes are split into)
+    # Its classes, k, scenario and pairing are the data's, the values above placeholders (the user's data):
+    # measured_spec reads them from the stream.
+    measured: bool = False
+    # Settings every request of this spec gets (StreamRequest fields the runner's request does not fill).
+    settings: tuple[tuple[str, Any], ...] = ()
 
     def stream(self, request: StreamRequest) -> Any:
         """The benchmark's stream for ``request`` (an Avalanche benchmark with train and test streams)."""
-        if request.train_per_class is not None and not self.subsample:
-            raise ValueError(f"train_per_class is only supported for "
-                             f"{', '.join(name for name, spec in BENCHMARKS.items() if spec.subsample)}, "
-                             f"not {self.name}")
+        request = dataclasses.replace(request, **dict(self.settings))
+        for setting in ("train_per_class", "experiences"):
+            problem = self.setting_problem(setting, getattr(request, setting))
+            if problem:
+                raise SettingError(setting, f"{setting} {problem}, got {getattr(request, setting)!r}")
         problem = self.augmentation_problem(request.augmentation)
         if problem:
             raise ValueError(f"augmentation {problem}, got {request.augmentation!r}")
         if self.data == "required":
             _required(request.data, self.name)
         return self.build(request)
+
+    def configured(self, **settings: Any) -> "BenchmarkSpec":
+        """This spec with ``settings`` (fields of :class:`StreamRequest`, e.g. ``experiences``) given to every
+        request it builds a stream for."""
+        unknown = sorted(set(settings) - {field.name for field in dataclasses.fields(StreamRequest)})
+        if unknown:
+            raise TypeError(f"settings must be StreamRequest fields, got {unknown}")
+        return dataclasses.replace(self, settings=tuple(sorted({**dict(self.settings), **settings}.items())))
+
+    def setting_problem(self, setting: str, value: object) -> Optional[str]:
+        """What is wrong with giving ``setting`` (``"train_per_class"`` or ``"experiences"``) to this benchmark
+        (None: it takes it, or the value is None)."""
+        takes = {"train_per_class": "subsample", "experiences": "splits_classes"}[setting]
+        if value is None or getattr(self, takes):
+            return None
+        return f"is not supported for {self.name}: only {', '.join(takers(takes))} take it"
 
     def augmentation_problem(self, augmentation: Optional[str]) -> Optional[str]:
         """What is wrong with ``augmentation`` for this benchmark (None: it takes it, or None for its own)."""
@@ -135,7 +187,28 @@ def _digits(kind: Scenario):
     def build(request: StreamRequest):
         from avalanche_color.benchmarks.digits import class_incremental_stream, digits_split, domain_incremental_stream
         stream = class_incremental_stream if kind == "class-incremental" else domain_incremental_stream
-        return stream(digits_split(request.seed), task_labels=request.task_labels)
+        return stream(digits_split(request.seed), task_labels=request.task_labels,
+                      interpolation=request.interpolation, **request.images)
+    return build
+
+
+def _image_folder(kind: Scenario):
+    def build(request: StreamRequest):
+        from avalanche_color.benchmarks.user_data import image_folder_class, image_folder_domain
+        options = dict(seed=request.seed, task_labels=request.task_labels, train_per_class=request.train_per_class,
+                       interpolation=request.interpolation, augmentation=request.augmentation or "paper",
+                       **request.images)
+        if kind == "class-incremental":
+            return image_folder_class(_required(request.data, "image_folder_class"), experiences=request.experiences,
+                                      **options)
+        return image_folder_domain(_required(request.data, "image_folder_domain"), **options)
+    return build
+
+
+def _function(name: str):
+    def build(request: StreamRequest):
+        from avalanche_color.benchmarks.user_data import function_benchmark
+        return function_benchmark(name, request)
     return build
 
 
@@ -154,13 +227,56 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {spec.name: spec for spec in (
                   data="none"),
     BenchmarkSpec("digits_domain", "domain-incremental", 10, 5, "digits", _digits("domain-incremental"), True,
                   data="none"),
+    # The user's image folders (benchmarks.user_data): classes, k and pairing measured from the folders.
+    BenchmarkSpec("image_folder_class", "class-incremental", 0, 4, "offline", _image_folder("class-incremental"),
+                  True, data="existing_folder", subsample=True, augmentations=("paper", "light"), splits_classes=True,
+                  measured=True),
+    BenchmarkSpec("image_folder_domain", "domain-incremental", 0, 5, "offline", _image_folder("domain-incremental"),
+                  True, data="existing_folder", subsample=True, augmentations=("paper", "light"), measured=True),
 )}
 
 
+def takers(attribute: str) -> list[str]:
+    """The registered benchmarks whose spec has ``attribute`` true (``"subsample"``: those taking train_per_class)."""
+    return [name for name, spec in BENCHMARKS.items() if getattr(spec, attribute)]
+
+
+def benchmark_problem(name: object) -> Optional[str]:
+    """What is wrong with ``name`` as a benchmark (None: a registered name or a ``package.module:function``)."""
+    if name in BENCHMARKS or is_callable_name(name):
+        return None
+    return f"must be one of {sorted(BENCHMARKS)} or {CALLABLE_FORM} (a function returning an Avalanche benchmark)"
+
+
 def benchmark_spec(name: str) -> BenchmarkSpec:
-    if name not in BENCHMARKS:
-        raise ValueError(f"benchmark must be one of {sorted(BENCHMARKS)}, got {name!r}")
-    return BENCHMARKS[name]
+    """The spec of a registered benchmark, or of a user's ``package.module:function`` (its function is imported
+    only when a stream is built)."""
+    problem = benchmark_problem(name)
+    if problem:
+        raise ValueError(f"benchmark {problem}, got {name!r}")
+    if name in BENCHMARKS:
+        return BENCHMARKS[name]
+    return BenchmarkSpec(name, "class-incremental", 0, 4, "offline", _function(name), True, data="passed",
+                         measured=True)
+
+
+def measured_spec(spec: BenchmarkSpec, stream: Any) -> BenchmarkSpec:
+    """``spec`` with the classes, k, scenario and pairing of its built ``stream``, where they are the data's
+    (``spec.measured``): the number of classes is the largest label + 1; a function's scenario is class-incremental
+    where its training experiences' classes are disjoint, else domain-incremental; k is the paper's rule (2 x the
+    most classes an experience brings class-incremental, 5 domain-incremental); test experience i is training experience i's where the two streams are as long."""
+    if not spec.measured:
+        return spec
+    classes = [{int(label) for label in experience.dataset.targets} for experience in stream.train_stream]
+    tested = set().union(*({int(label) for label in experience.dataset.targets} for experience in stream.test_stream))
+    seen = set().union(*classes)
+    disjoint = sum(len(experience) for experience in classes) == len(seen)
+    scenario: Scenario = spec.scenario  # an image folder's is its layout's; a function's is read from its stream
+    if spec.name not in BENCHMARKS:
+        scenario = "class-incremental" if disjoint and len(classes) > 1 else "domain-incremental"
+    k = 2 * max(len(experience) for experience in classes) if scenario == "class-incremental" else 5
+    return dataclasses.replace(spec, scenario=scenario, num_classes=max(seen | tested) + 1, k=k,
+                               paired_test_stream=len(stream.test_stream) == len(stream.train_stream))
 
 
 def check_data(name: str, data: Optional[Path]) -> None:
@@ -170,6 +286,9 @@ def check_data(name: str, data: Optional[Path]) -> None:
     import zipfile  # here: the registry is read by the command line, which answers --help at once
 
     spec = benchmark_spec(name)
+    if spec.data in ("existing_folder", "passed"):
+        _existing(data, spec)
+        return
     if spec.data == "none":
         if data is not None:
             raise ValueError(f"benchmark {name!r} takes no data (its images ship with scikit-learn), got {str(data)!r}"
@@ -191,6 +310,20 @@ def check_data(name: str, data: Optional[Path]) -> None:
     if path.is_file() and not zipfile.is_zipfile(path):
         raise ValueError(f"data path {str(path)!r} is not a readable zip file: give the data set's zip file or its "
                          "unpacked folder")
+
+
+def _existing(data: Optional[Path], spec: BenchmarkSpec) -> None:
+    """Refuses a missing folder for an image-folder benchmark, a path that does not exist for a user's function."""
+    if data is None:
+        if spec.data == "existing_folder":
+            raise ValueError(f"benchmark {spec.name!r} needs --data: the image folder it reads (see the runner's "
+                             "docs for its layout)")
+        return
+    path = Path(data)
+    if not path.exists():
+        raise ValueError(f"data path {str(path)!r} does not exist")
+    if spec.data == "existing_folder" and not path.is_dir():
+        raise ValueError(f"benchmark {spec.name!r} takes a folder, got the file {str(path)!r}")
 
 
 def _required(data: Optional[Path], name: str) -> Path:

@@ -23,7 +23,7 @@ from dataclasses import MISSING, dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, TextIO, Union
 
-from avalanche_color.runner.config import BUDGET, DEFAULT_OUT, RunConfig, RunConfigError, setting
+from avalanche_color.runner.config import BUDGET, DEFAULT_OUT, RunConfig, RunConfigError, folder_name, setting
 from avalanche_color.runner.methods import methods_taking
 from avalanche_color.utils.checks import boolean, missing_device, optional, path, text
 
@@ -130,7 +130,7 @@ def config_from(args: argparse.Namespace, argv: Sequence[str]) -> tuple[RunConfi
              if name != "command"}
     own = CommandLine(**{spec.name: given.pop(spec.name) for spec in dataclasses.fields(CommandLine)
                          if spec.name in given})
-    out = own.out_dir / (own.name or given["benchmark"])
+    out = own.out_dir / (own.name or folder_name(given["benchmark"]))
     config = RunConfig.from_preset(given.pop("preset", None), **given, out=out,
                                    command=f"{PROGRAM} " + shlex.join(argv))
     return config, own
@@ -142,13 +142,14 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     command_parser = parser()
     args = command_parser.parse_args(argv)
     debug = getattr(args, "debug", False) or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    own: Optional[CommandLine] = None
     try:
         config, own = config_from(args, argv)
         return compare(config, progress=not own.quiet)
     except RunConfigError as error:
         if debug:
             raise
-        sys.exit(f"{PROGRAM} {args.command}: error: {_flag_and_value(error)}: {error.problem}")
+        sys.exit(f"{PROGRAM} {args.command}: error: {_flag_and_value(error, own)}: {error.problem}")
     except Exception as error:  # noqa: BLE001 (one line for any failure; --debug shows where)
         if debug:
             raise
@@ -156,7 +157,9 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
                  f"(--debug or {DEBUG_ENV}=1 shows the traceback)")
 
 
-def _flag_and_value(error: RunConfigError) -> str:
+def _flag_and_value(error: RunConfigError, own: Optional[CommandLine] = None) -> str:
+    if error.field == "out":  # the output folder is --out-dir/--name: the folder the user gave
+        return "--out-dir" if own is None else f"--out-dir {own.out_dir}"
     fields = {spec.name: spec for spec in (*dataclasses.fields(RunConfig), *dataclasses.fields(CommandLine))}
     name = flag(fields[error.field]) if error.field in fields else error.field
     value = error.value

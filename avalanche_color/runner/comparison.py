@@ -17,9 +17,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 import torch
 from avalanche.distributed import DistributedHelper
@@ -27,7 +29,8 @@ from tqdm import tqdm
 
 from avalanche_color import write_atomically
 from avalanche_color.backbones import backbone_data_config
-from avalanche_color.benchmarks.registry import BenchmarkSpec, benchmark_spec, check_data
+from avalanche_color.benchmarks.registry import (BENCHMARKS, BenchmarkSpec, SettingError, benchmark_spec, check_data,
+                                                 measured_spec)
 from avalanche_color.benchmarks.stream_building import validation_benchmark
 from avalanche_color.runner.backbone_loading import input_size_problem, load_backbone, resize_input, weights_file
 from avalanche_color.runner.config import RunConfig, RunConfigError, config_record
@@ -94,10 +97,14 @@ class Prepared:
 
 
 def prepare(config: RunConfig) -> Prepared:
-    """Checks everything a comparison needs, the learning rates ``--lr-from`` carries, the backbone, the data,
-    each run's k and the output folder, and builds its streams; refuses (:class:`RunConfigError`) before
-    anything is written."""
-    spec = benchmark_spec(config.benchmark)
+    """Checks everything a comparison needs, the output folder, the learning rates ``--lr-from`` carries, the
+    backbone, the data, the streams' images against the backbone's input and each run's k, and builds its
+    streams; refuses (:class:`RunConfigError`) before anything is written."""
+    spec = benchmark_spec(config.benchmark).configured(experiences=config.experiences)
+    if DistributedHelper.is_main_process:
+        problem = output_problem(config.output_folder)
+        if problem:
+            raise RunConfigError("out", config.output_folder, problem)
     carried = carried_learning_rates(config)
     if DistributedHelper.is_distributed:
         check_distributed(config)
@@ -123,16 +130,98 @@ def prepare(config: RunConfig) -> Prepared:
     for planned in plan:
         key = (planned.seed, method(planned.method).task_labels)
         if key not in streams:
-            try:
-                streams[key] = build_stream(spec, config, backbone, *key)
-            except (OSError, ValueError) as error:  # missing, empty, damaged or foreign data
-                raise RunConfigError("data", config.data, str(error)) from error
+            streams[key] = checked_stream(spec, config, backbone, backbone_name, *key)
+            spec = measured_spec(spec, streams[key])  # a user's data: its classes, k and pairing
+            check_pairing(config, spec)
         check_prototypes(config, planned, streams[key])
     record = provenance(config, backbone, device)
     if DistributedHelper.is_main_process:
         check_folder(config.output_folder, record, config.resume)
     return Prepared(spec, device, backbone, plan, streams, record, backbone_source(backbone_name, config, backbone),
                     carried)
+
+
+def output_problem(out: Path) -> Optional[str]:
+    """What keeps the comparison from writing ``out`` (None: nothing): a file where a folder of its path must be,
+    or a folder it would go in that cannot be written (tried with an empty folder made and removed at once)."""
+    if "\0" in str(out):
+        return "is not a folder this system can make (a name with a NUL byte): give --out-dir another folder"
+    existing = out
+    while not _exists(existing) and existing != existing.parent:
+        existing = existing.parent
+    if existing.is_dir():
+        longest = max((len(os.fsencode(part)) for part in out.relative_to(existing).parts), default=0)
+        limit = os.pathconf(existing, "PC_NAME_MAX") if hasattr(os, "pathconf") else 255
+        if longest > limit:
+            return (f"is not a folder this system can make (a name of {longest} bytes, where {limit} at most fit): "
+                    "give --out-dir another folder")
+    if existing == out and existing.is_file():
+        return None  # the output folder itself is a file: check_folder asks for another --name
+    if not existing.is_dir():
+        return f"cannot be made: {str(existing)!r} is a file, not a folder; give --out-dir a folder"
+    try:
+        Path(tempfile.mkdtemp(prefix=".avalanche-color-", dir=existing)).rmdir()
+    except OSError as error:
+        return (f"cannot be written: {str(existing)!r} does not let a folder be made in it "
+                f"({error.strerror or type(error).__name__}); give --out-dir a folder you can write to")
+    return None
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:  # a name too long to look up
+        return False
+
+
+def checked_stream(spec: BenchmarkSpec, config: RunConfig, backbone: Any, backbone_name: str, seed: int,
+                   task_labels: bool) -> Any:
+    """The stream :func:`~avalanche_color.runner.run.build_stream` builds, refused (:class:`RunConfigError` naming
+    the setting) where it cannot be built or its images are not the backbone's input."""
+    own = config.benchmark in BENCHMARKS  # else a user's function: what goes wrong is its
+    try:
+        stream = build_stream(spec, config, backbone, seed, task_labels)
+    except SettingError as error:
+        value = getattr(config, error.setting)
+        if error.setting == "methods":
+            routed = [name for name in config.methods if method(name).task_labels]
+            raise RunConfigError("methods", tuple(routed), f"{error}: leave {', '.join(routed)} out of --methods, or "
+                                                           "give the function that keyword") from error
+        raise RunConfigError(error.setting, value, str(error)) from error
+    except (OSError, ValueError) as error:  # missing, empty, damaged or foreign data
+        raise (RunConfigError("data", config.data, str(error)) if own or config.data is not None else
+               RunConfigError("benchmark", config.benchmark, f"could not be built: {type(error).__name__}: {error}")
+               ) from error
+    problem = input_problem(stream, backbone)
+    if problem:
+        raise (RunConfigError("backbone", backbone_name, problem) if own else
+               RunConfigError("benchmark", config.benchmark, f"{problem}: build the images at the image_size "
+                                                             "keyword the runner passes (with mean and std), or "
+                                                             "pass --image-size for a backbone at their size"))
+    return stream
+
+
+def input_problem(stream: Any, backbone: Any) -> Optional[str]:
+    """What is wrong with ``stream``'s images as ``backbone``'s input (None: nothing): the first image of its
+    first training and test experience must have the backbone's input shape (channels, height, width)."""
+    expected = tuple(backbone_data_config(backbone)["input_size"])
+    for name in ("train_stream", "test_stream"):
+        image = getattr(stream, name)[0].dataset[0][0]
+        shape = tuple(getattr(image, "shape", ()))
+        if shape != expected:
+            return (f"gives images of shape {shape or type(image).__name__} in its {name}, but the backbone takes "
+                    f"{expected}")
+    return None
+
+
+def check_pairing(config: RunConfig, spec: BenchmarkSpec) -> None:
+    """Refuses the methods that route by task label on a stream whose test experiences belong to no training
+    experience (a user's function whose streams differ in length)."""
+    routed = [name for name in config.methods if method(name).task_labels]
+    if routed and not spec.paired_test_stream:
+        raise RunConfigError("methods", tuple(routed), f"cannot run on {spec.name}: its test stream is not one "
+                                                       "experience per training experience, so there is no task "
+                                                       f"label to route by; leave {', '.join(routed)} out")
 
 
 def backbone_source(name: str, config: RunConfig, backbone: Any) -> dict[str, Any]:

@@ -16,7 +16,8 @@ from dataclasses import MISSING, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from avalanche_color.benchmarks.registry import BENCHMARKS, OFFLINE_AUGMENTATIONS as AUGMENTATIONS
+from avalanche_color.benchmarks.registry import (BENCHMARKS, CALLABLE_FORM, OFFLINE_AUGMENTATIONS as AUGMENTATIONS,
+                                                 benchmark_problem, benchmark_spec, takers)
 from avalanche_color.color.config import LoRAOptions
 from avalanche_color.config import PRECISIONS, PrototypeOptions
 from avalanche_color.runner.methods import METHODS, methods_allowed
@@ -100,7 +101,10 @@ class RunConfig:
     ``backbone`` and ``ks`` default to the benchmark's; ``out`` to ``runs/<benchmark>``.
     """
 
-    benchmark: str = setting(MISSING, "the stream to run on", one_of(BENCHMARKS), choices=sorted(BENCHMARKS))
+    benchmark: str = setting(
+        MISSING, f"the stream to run on: one of {', '.join(sorted(BENCHMARKS))}, or {CALLABLE_FORM}, a function "
+                 "returning an Avalanche benchmark (image_folder_class, image_folder_domain: your image folders, "
+                 "--data DIR; see the runner's docs for both)", benchmark_problem)
     methods: Optional[tuple[str, ...]] = setting(
         None, "the methods to compare (default: every method the benchmark allows; core50: all but CoLoR-oracle)",
         optional(registered_methods), choices=METHODS)
@@ -128,7 +132,11 @@ class RunConfig:
               "resized to it with the backbone's interpolation (default: the backbone's own input size)",
         optional(positive_int))
     data: Optional[Path] = setting(None, "the data set's zip file or folder (default: the benchmark's; the digits "
-                                         "take none)", optional(path))
+                                         "take none; the image folders' tree; a function: given as its data "
+                                         "keyword)", optional(path))
+    experiences: Optional[int] = setting(
+        None, "the number of experiences image_folder_class splits its classes into, consecutive in the order of "
+              "their names (default: 2 classes each)", optional(positive_int))
     ranks: tuple[int, ...] = setting((8,), f"{LoRAOptions.doc('rank')} Several: an ablation",
                                      each(positive_int), flag="--rank", per_method=True)
     ks: Optional[tuple[int, ...]] = setting(
@@ -154,9 +162,9 @@ class RunConfig:
     weight_decay: Optional[float] = setting(
         None, "weight decay of the optimiser (default: each method's own: CoLoR 2e-4, fine-tuning 0)",
         optional(non_negative), per_method=True)
-    train_per_class: Optional[int] = setting(None, "keep at most this many training images of each class (pacs: in each domain) "
-                                                   "(pacs, split_tiny_imagenet)",
-                                             optional(positive_int))
+    train_per_class: Optional[int] = setting(
+        None, f"keep at most this many training images of each class (in each domain of a domain-incremental "
+              f"stream) ({', '.join(takers('subsample'))})", optional(positive_int))
     device: str = setting("auto", "cpu, cuda, cuda:N or auto (cuda where there is one)", text)
     precision: str = setting(
         "32-true", "float32, or each forward and loss under bfloat16/float16 autocast with float32 trained "
@@ -227,7 +235,8 @@ class RunConfig:
             problem = spec.metadata["check"](getattr(self, spec.name))
             if problem:
                 raise RunConfigError(spec.name, getattr(self, spec.name), problem)
-        allowed = methods_allowed(BENCHMARKS[self.benchmark])
+        spec = benchmark_spec(self.benchmark)
+        allowed = methods_allowed(spec)
         if self.methods is None:
             object.__setattr__(self, "methods", allowed)
         refused = [method for method in self.methods if method not in allowed]
@@ -236,9 +245,13 @@ class RunConfig:
                                  f"cannot hold {refused} on benchmark {self.benchmark!r}: its test experiences "
                                  "belong to no training experience (core50: one test set of held-out sessions), "
                                  f"so there is no task label to route by; must be among {list(allowed)}")
-        problem = BENCHMARKS[self.benchmark].augmentation_problem(self.augmentation)
+        problem = spec.augmentation_problem(self.augmentation)
         if problem:
             raise RunConfigError("augmentation", self.augmentation, problem)
+        for name in ("train_per_class", "experiences"):
+            problem = spec.setting_problem(name, getattr(self, name))
+            if problem:
+                raise RunConfigError(name, getattr(self, name), problem)
         if self.lr_from and self.tune is not None:
             raise RunConfigError("lr_from", self.lr_from, "cannot be given with --tune lr, which chooses the "
                                                           "learning rates itself: give one of the two")
@@ -252,7 +265,13 @@ class RunConfig:
     @property
     def output_folder(self) -> Path:
         """Where the comparison writes: ``out``, or ``runs/<benchmark>``."""
-        return self.out or DEFAULT_OUT / self.benchmark
+        return self.out or DEFAULT_OUT / folder_name(self.benchmark)
+
+
+def folder_name(benchmark: str) -> str:
+    """The output folder's default name for ``benchmark``: its name (a function's ``module:function`` with ``_``
+    for the colon, which not every file system takes)."""
+    return benchmark.replace(":", "_")
 
 
 # ---------------------------------------------------------------------- the configuration as results record it
