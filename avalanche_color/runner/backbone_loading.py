@@ -36,6 +36,8 @@ was pretrained with come from timm's ``pretrained_cfg``: :func:`avalanche_color.
 from __future__ import annotations
 
 import os
+import pickle
+import re
 import socket
 from pathlib import Path
 from typing import Any
@@ -165,11 +167,41 @@ def _hub_reachable(endpoint: str) -> bool:
     return True
 
 
-def _from_file(path: Path, architecture: str | None) -> VisionTransformer:
+WEIGHTS_KINDS = ("a file save_backbone wrote, or a timm state dict (.pth/.pt/.bin/.safetensors) with "
+                 "--architecture NAME")
+
+
+def _read_weights(path: Path) -> Any:
+    """What the weights file ``path`` holds; a file that is not one is refused in one line (:class:`ValueError`),
+    not with the reader's own pages of advice."""
     if path.suffix == ".safetensors":
-        checkpoint: Any = load_safetensors(path)
-    else:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        try:
+            return load_safetensors(path)
+        except Exception as error:  # noqa: BLE001 (safetensors' Rust errors share no base but Exception)
+            raise ValueError(f"{str(path)!r} is not a readable safetensors file ({_first_line(error)}): give "
+                             f"{WEIGHTS_KINDS}") from None
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, UnicodeDecodeError) as error:
+        with path.open("rb") as file:
+            start = file.read(4)
+        if start.startswith(b"PK") or start.startswith(b"\x80"):  # a torch.save archive (or an old pickle)
+            raise ValueError(f"{str(path)!r} holds more than weights (objects torch.load(weights_only=True) does not "
+                             f"load, for safety: {_first_line(error)}); save the model's state_dict() or use "
+                             f"save_backbone, and give {WEIGHTS_KINDS}") from None
+        raise ValueError(f"{str(path)!r} is not a weights file (torch.load cannot read it): give "
+                         f"{WEIGHTS_KINDS}") from None
+
+
+def _first_line(error: BaseException) -> str:
+    """An error's message up to its first full stop or line break, without terminal colour codes."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error)).strip()
+    return re.split(r"(?<=\.)\s|\n", text, maxsplit=1)[0].rstrip(".") or type(error).__name__
+
+
+def _from_file(path: Path, architecture: str | None) -> VisionTransformer:
+    checkpoint = _read_weights(path)
+    if path.suffix != ".safetensors":
         if is_backbone_checkpoint(checkpoint):
             return _vit(backbone_from_checkpoint(checkpoint), str(path))
     if architecture is None:
