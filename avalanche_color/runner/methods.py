@@ -156,7 +156,7 @@ def _color(name: str, about: str, task_labels: bool = False, **routing: Any) -> 
 
 
 def _joint_lora_options(run: MethodRun) -> dict[str, Any]:
-    from avalanche_color import CoLoRConfig
+    from avalanche_color.color.config import CoLoRConfig  # imports no torch: --help reads these options
 
     color = CoLoRConfig()  # CoLoR's momentum and weight decay
     return dict(rank=run.rank, lr=run.config.color_lr, momentum=color.momentum,
