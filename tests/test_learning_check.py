@@ -124,6 +124,16 @@ def test_an_experience_of_one_class_or_outputs_without_its_columns_are_not_judge
     assert check.finish() is None
 
 
+def test_epochs_without_steps_judge_nothing():
+    # A training-free strategy (NCM, RanPAC) runs its epochs' callbacks without a step.
+    check = LearningCheck()
+    check.start(0, [0, 1], None)
+    for _ in range(2):
+        check.start_epoch()
+        check.end_epoch()
+    assert check.finish() is None
+
+
 def test_noise_sigmas_is_checked():
     with pytest.raises(ValueError, match=r"noise_sigmas must be a finite number >= 0, got -1"):
         LearningCheckPlugin(noise_sigmas=-1)

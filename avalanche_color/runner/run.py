@@ -19,14 +19,13 @@ from avalanche.training.plugins import EvaluationPlugin
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.models.vision_transformer import VisionTransformer
 
-from avalanche_color import (TrainingProgress, backbone_data_config, experience_classes, routing_accuracy_metrics,
-                             train_stream, write_atomically)
+from avalanche_color import (LearningCheckPlugin, TrainingProgress, backbone_data_config, experience_classes,
+                             routing_accuracy_metrics, train_stream, write_atomically)
 from avalanche_color.benchmarks.registry import BenchmarkSpec, StreamRequest, benchmark_spec
 from avalanche_color.runner.backbone_loading import with_head
 from avalanche_color.runner.config import RunConfig, config_record, jsonable
 from avalanche_color.runner.methods import MethodRun, method
 from avalanche_color.runner.report import forgetting, weighted_mean
-from avalanche_color.training.learning_check import LearningCheckPlugin, learning_check
 
 # Task<t>/ is absent where the experiences declare no task labels (benchmark_from_datasets streams).
 PER_EXPERIENCE = re.compile(r"^(?P<metric>\w+)/eval_phase/test_stream/(?:Task\d+/)?Exp(?P<experience>\d+)$")
@@ -146,7 +145,7 @@ def checked(strategy: Any) -> LearningCheckPlugin:
     """The :class:`~avalanche_color.LearningCheckPlugin` of ``strategy``: its own (the package's strategies add one),
     else one added now (Avalanche's strategies: Naive, EWC, LwF, Replay, JointTraining), so every method the
     runner trains is checked alike for an experience that learned nothing."""
-    plugin = learning_check(strategy)
+    plugin = next((plugin for plugin in strategy.plugins if isinstance(plugin, LearningCheckPlugin)), None)
     if plugin is None:
         plugin = LearningCheckPlugin()
         strategy.plugins.append(plugin)

@@ -192,8 +192,8 @@ class LearningCheck:
     def finish(self) -> Optional[LearnedNothing]:
         """After the experience: what it learned nothing in, or None (all well, or nothing to judge)."""
         last = self.last
-        if not self.judged or last is None or self.first is None:
-            return None
+        if not self.judged or last is None or self.first is None or last.counted is None:
+            return None  # nothing observed (a training-free strategy's epochs take no step)
         per_class = [] if last.per_class is None else last.per_class.tolist()  # the host reads, once
         samples = int(sum(per_class))
         accuracy = chance = margin = None
@@ -205,7 +205,7 @@ class LearningCheck:
             at_chance = chance + margin < 1 and accuracy <= chance + margin
         first_loss = last_loss = None
         loss_did_not_fall = False
-        if self.epochs >= 2 and int(self.first.counted) and int(last.counted):  # type: ignore[arg-type]
+        if self.epochs >= 2 and self.first.counted is not None and int(self.first.counted) and int(last.counted):
             first_loss = float(self.first.loss) / int(self.first.counted)  # type: ignore[arg-type]
             last_loss = float(last.loss) / int(last.counted)  # type: ignore[arg-type]
             loss_did_not_fall = not last_loss < first_loss
