@@ -32,6 +32,11 @@ from typing import Any, Literal, Optional, get_args
 from avalanche_color.utils.checks import (Options, boolean, integer, non_negative, non_negative_int, one_of, option,
                                           option_group, optional, positive, positive_int)
 
+# How top-m routing picks one of the m experts the router proposes (:func:`~avalanche_color.experts.routed_vit.pick_candidates`):
+# here, below the model that checks it and the CoLoR config that declares the option.
+CandidateRule = Literal["router_product", "confidence"]
+CANDIDATE_RULES: tuple[str, ...] = get_args(CandidateRule)
+
 RoutingFeatures = Literal["backbone", "first_expert"]
 Router = Literal["prototypes", "ridge", "gaussian", "oracle"]
 Distance = Literal["euclidean", "l1", "cosine"]

@@ -8,12 +8,8 @@ from __future__ import annotations
 
 from typing import Literal, Optional, get_args
 
-from avalanche_color.config import RoutedExpertsConfig, RoutingOptions
+from avalanche_color.config import CANDIDATE_RULES, CandidateRule, RoutedExpertsConfig, RoutingOptions
 from avalanche_color.utils.checks import boolean, one_of, option, option_group, optional, positive, positive_int
-
-# How top-m routing picks one of the m experts the router proposes (:func:`~avalanche_color.experts.routed_vit.pick_candidates`).
-CandidateRule = Literal["router_product", "confidence"]
-CANDIDATE_RULES: tuple[str, ...] = get_args(CandidateRule)
 
 
 @option_group

@@ -29,8 +29,7 @@ from avalanche.models import MultiTaskModule
 from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor, nn
 
-from avalanche_color.color.config import CANDIDATE_RULES
-from avalanche_color.config import RoutingOptions
+from avalanche_color.config import CANDIDATE_RULES, RoutingOptions
 from avalanche_color.experts.saved import check_stored_shapes, from_pretrained, save_pretrained, stored_expert_classes
 from avalanche_color.lora import (ExpertSelection, Segments, cached_stacks, pad_dim, source_key, trained_dtype,
                                   with_live_slot)
