@@ -6,7 +6,7 @@ and the checks are in :mod:`avalanche_color.config`.
 
 from __future__ import annotations
 
-from typing import Literal, Optional, get_args
+from typing import Optional
 
 from avalanche_color.config import CANDIDATE_RULES, CandidateRule, RoutedExpertsConfig, RoutingOptions
 from avalanche_color.utils.checks import boolean, one_of, option, option_group, optional, positive, positive_int
