@@ -1,8 +1,8 @@
 """Host syncs counted on CPU: what a training step and an evaluation batch read from device tensors.
 
 Each call of ``Tensor.item``, ``__bool__``, ``__int__``, ``__float__``, ``__index__`` or ``tolist`` made while a
-training iteration or an evaluation batch runs is counted by ``benchmarks.host_reads`` (on a GPU each one waits
-for the device to drain).
+training iteration or an evaluation batch runs is counted by ``benchmarks.gpu_checklist.host_reads`` (on a GPU
+each one waits for the device to drain).
 Not counted: data loading (host tensors of the dataset and the loader) and ``torch.optim`` (Adam's step
 counters are host tensors on a GPU too). On a GPU, ``benchmarks.gpu_checklist`` counts the real syncs
 with ``torch.cuda.set_sync_debug_mode``.
@@ -21,7 +21,7 @@ from avalanche_color import CoLoR
 from avalanche_color.evaluation.metrics import routing_accuracy_metrics
 from avalanche_color.runner.methods import REGISTRY
 from avalanche_color.training.data_checks import DataChecksPlugin, DeferredLossCheck
-from benchmarks.host_reads import HostReads, counting
+from benchmarks.gpu_checklist.host_reads import HostReads, counting
 from registered import build_small_with, one_method_per_strategy
 from streams import class_stream, domain_stream, tiny_vit
 

@@ -9,7 +9,7 @@ import torch
 
 from avalanche_color import ExpertViT, QKVExperts
 from avalanche_color.experts.routed_vit import gathers, predict
-from benchmarks.host_reads import HostReads, counting
+from benchmarks.gpu_checklist.host_reads import HostReads, counting
 from benchmarks.perf.kernels import count_operators
 from streams import IMAGE_SIZE, tiny_vit
 

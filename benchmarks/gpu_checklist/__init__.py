@@ -10,7 +10,8 @@ Steps, in this order, each with a time limit, logged to ``--out`` (``gpu-checkli
 2. ``environment``: Python, torch, CUDA, cuDNN, the GPU, the package versions.
 3. ``cuda-tests``: ``pytest -m cuda``, the tests marked for CUDA.
 4. ``syncs``: host syncs per training step and per evaluation batch of every strategy, on a tiny ViT, in
-   float32 and bf16-mixed (on CUDA ``torch.cuda.set_sync_debug_mode("warn")``; :mod:`benchmarks.sync_count`).
+   float32 and bf16-mixed (on CUDA ``torch.cuda.set_sync_debug_mode("warn")``, on a CPU the host reads of
+   :mod:`benchmarks.gpu_checklist.host_reads`; :mod:`benchmarks.gpu_checklist.sync_count`).
 5. ``perf``: R1 (``benchmarks.perf.step``), R3 and R4 (``benchmarks.perf --only kernels``) in fp32, TF32
    (``--matmul-precision high``) and bf16-mixed, and training memory against 1, 10 and 50 experiences
    (``--only memory``) in fp32 and bf16-mixed (TF32 stores the same tensors as fp32).
@@ -42,12 +43,14 @@ from pathlib import Path
 from collections.abc import Iterable
 from typing import Optional
 
-from benchmarks.sync_count import PRECISIONS, STRATEGIES
-
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OUT = Path("gpu-checklist")
 # (label, precision, matmul precision): the perf table's three settings.
 PERF_VARIANTS = (("fp32", "32-true", "highest"), ("tf32", "32-true", "high"), ("bf16", "bf16-mixed", "highest"))
+# The sync step's precisions and strategies: :mod:`benchmarks.gpu_checklist.sync_count` takes them from here, so
+# that this package never imports it before ``python -m`` runs it.
+PRECISIONS = ("32-true", "bf16-mixed")
+STRATEGIES = ("CoLoR", "CoLoR-cached", "S-Prompts", "L2P", "SD-LoRA", "InfLoRA", "LoRA-Sub", "CL-LoRA")
 PACS_PRECISIONS = ("32-true", "bf16-mixed")
 PACS_METHODS = ("CoLoR", "SD-LoRA")
 # Seconds each step may take on the GPU (the run's limit, about 7 minutes in all; the estimate is on the
@@ -68,7 +71,8 @@ class Step:
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu_checklist", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default=None, help="cuda (default where there is one), cuda:N or cpu")
     parser.add_argument("--dry-run", action="store_true",
                         help="build every command and check its flags; run the sync count on one strategy only")
@@ -127,8 +131,9 @@ def perf_commands(device: str, out: Path, extra: str) -> list[list[str]]:
 
 def sync_command(device: str, out: Path, steps: int, strategies: list[str], precisions: tuple[str, ...]
                  ) -> list[str]:
-    return python("-m", "benchmarks.sync_count", "--device", device, "--steps", str(steps), "--strategies",
-                  ",".join(strategies), "--precisions", ",".join(precisions), "--out", str(out / "syncs.md"))
+    return python("-m", "benchmarks.gpu_checklist.sync_count", "--device", device, "--steps", str(steps),
+                  "--strategies", ",".join(strategies), "--precisions", ",".join(precisions),
+                  "--out", str(out / "syncs.md"))
 
 
 def pacs_commands(args: argparse.Namespace, device: str, out: Path) -> list[list[str]]:
@@ -422,6 +427,3 @@ def summary(args: argparse.Namespace, device: str, steps: list[Step], seconds: f
     lines += ["```", ""]
     return "\n".join(lines)
 
-
-if __name__ == "__main__":
-    main()

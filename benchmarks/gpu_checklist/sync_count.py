@@ -1,7 +1,7 @@
 """The GPU checklist's sync step (:mod:`benchmarks.gpu_checklist`): host syncs per training step and per evaluation
 batch of every strategy of the package, on a tiny ViT (on CUDA the sync warnings, on a CPU the host reads).
 
-    python -m benchmarks.sync_count --device cuda --out syncs.md
+    python -m benchmarks.gpu_checklist.sync_count --device cuda --out syncs.md
 """
 
 from __future__ import annotations
@@ -12,19 +12,19 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-PRECISIONS = ("32-true", "bf16-mixed")
-STRATEGIES = ("CoLoR", "CoLoR-cached", "S-Prompts", "L2P", "SD-LoRA", "InfLoRA", "LoRA-Sub", "CL-LoRA")
+from benchmarks.gpu_checklist import PRECISIONS, STRATEGIES
 
 
 class SyncWindows:
     """Host syncs per training step and per evaluation batch (``plugin``, an Avalanche plugin).
 
     On CUDA it counts the warnings of ``torch.cuda.set_sync_debug_mode("warn")`` (each real sync); on a
-    CPU the reads of tensors on the host that would be syncs on a GPU (:mod:`benchmarks.host_reads`).
+    CPU the reads of tensors on the host that would be syncs on a GPU
+    (:mod:`benchmarks.gpu_checklist.host_reads`).
     """
 
     def __init__(self, device: str) -> None:
-        from benchmarks.host_reads import HostReads
+        from benchmarks.gpu_checklist.host_reads import HostReads
 
         self.plugin = HostReads()
         self.cuda = device.startswith("cuda")
@@ -43,7 +43,7 @@ class SyncWindows:
     def run(self, body: Callable[[], None]) -> None:
         import torch
 
-        from benchmarks.host_reads import counting
+        from benchmarks.gpu_checklist.host_reads import counting
 
         if not self.cuda:
             with counting(self.plugin):
