@@ -124,9 +124,10 @@ benchmarks-tuned-small: $(STAMP)
 # Every method on an ImageNet-pretrained ViT-Ti/16 (docs/benchmarks: "On an ImageNet-pretrained ViT-Ti/16"), one
 # lane per benchmark, each on one thread: about 8 CPU hours a lane. The weights file is found in
 # AVALANCHE_COLOR_MODELS, the data in AVALANCHE_COLOR_DATA. SD-LoRA, InfLoRA and L2P run in folders of their own,
-# after their diagnosis on this backbone (benchmarks/starved_methods.py). Then each table's grid edges: for every
-# method tuned at an end of --lr-grid, the trials beyond it (benchmarks/grid_edges.py). Interrupted? Run it again.
-GRID_EDGES := OMP_NUM_THREADS=1 $(VENV)/bin/python -m benchmarks.grid_edges --recheck
+# after their diagnosis on this backbone (benchmarks/investigations/starved_methods.py). Then each table's grid
+# edges: for every method tuned at an end of --lr-grid, the trials beyond it (benchmarks/investigations/grid_edges.py).
+# Interrupted? Run it again.
+GRID_EDGES := OMP_NUM_THREADS=1 $(VENV)/bin/python -m benchmarks.investigations.grid_edges --recheck
 VIT_TI := --backbone vit_tiny_patch16_224-imagenet.safetensors --architecture vit_tiny_patch16_224 --image-size 112 \
 	--epochs 2 --batch-size 32 --loggers --tune lr --seeds 0 1 2 --baseline-seeds 0 1 2 --resume
 VIT_TI_METHODS := --methods CoLoR CoLoR++ CoLoR-oracle CoLoR-ridge CoLoR-gaussian CoLoR++-ridge S-Prompts LoRA-Sub \

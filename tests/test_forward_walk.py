@@ -1,9 +1,9 @@
-"""benchmarks.forward_walk traces what an eval batch runs: one routing pass, and the frozen-expert
+"""benchmarks.investigations.forward_walk traces what an eval batch runs: one routing pass, and the frozen-expert
 kernel that fits the batch (updates added in place for several experts, a merged weight for one)."""
 
 import torch
 
-from benchmarks.forward_walk import EXPERIENCES, is_function, tiny_stream, trained_strategy, walk
+from benchmarks.investigations.forward_walk import EXPERIENCES, is_function, tiny_stream, trained_strategy, walk
 
 
 def test_the_walk_routes_once_and_picks_the_kernel_of_the_batch(one_thread):

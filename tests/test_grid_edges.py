@@ -9,8 +9,8 @@ import pytest
 
 from avalanche_color.runner import RunConfig, run_comparison
 from avalanche_color.runner.comparison import Choice
-from benchmarks import grid_edges
-from benchmarks.grid_edges import beyond, check_edges, edges_table
+from benchmarks.investigations import grid_edges
+from benchmarks.investigations.grid_edges import beyond, check_edges, edges_table
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -92,7 +92,7 @@ def test_a_comparison_interrupted_after_its_tuning_is_read_from_its_finished_tri
     """Edges show before the seeds' runs are spent: the choices read from the attempt's trials are those the
     completed comparison then reports."""
     from avalanche_color.runner import comparison
-    from benchmarks.grid_edges import tuned_comparison
+    from benchmarks.investigations.grid_edges import tuned_comparison
 
     real = comparison.run_method
 

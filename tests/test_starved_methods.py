@@ -6,7 +6,7 @@ import torch
 from avalanche.models import IncrementalClassifier
 from avalanche.models.utils import FeatureExtractorModel
 
-from benchmarks.starved_methods import adapted_features
+from benchmarks.investigations.starved_methods import adapted_features
 from streams import IMAGE_SIZE, tiny_vit
 
 

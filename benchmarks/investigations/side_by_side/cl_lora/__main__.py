@@ -1,7 +1,7 @@
 """Our CL-LoRA (:class:`avalanche_color.CLLoRA`) side by side with its authors' code on the same weights and
 batches, in float64 on the CPU, and a table of the largest absolute differences.
 
-    python -m benchmarks.side_by_side.cl_lora --authors-code /tmp/cllora_code
+    python -m benchmarks.investigations.side_by_side.cl_lora --authors-code /tmp/cllora_code
 
 ``--authors-code`` is an extracted copy of JiangpengHe/CL-LoRA at df4e74e (``git -C <mirror> archive HEAD |
 tar -x -C /tmp/cllora_code``); its modules are imported from there (``models/cllora.py`` ``Learner``,
@@ -50,9 +50,9 @@ from avalanche.benchmarks import tensors_benchmark
 from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor
 
-from benchmarks.side_by_side.cl_lora.authors_code import WIDTH, import_authors
-from benchmarks.side_by_side.cl_lora.our_run import Named, Recorder, run_ours
-from benchmarks.side_by_side.cl_lora.their_run import MODES, run_theirs
+from benchmarks.investigations.side_by_side.cl_lora.authors_code import WIDTH, import_authors
+from benchmarks.investigations.side_by_side.cl_lora.our_run import Named, Recorder, run_ours
+from benchmarks.investigations.side_by_side.cl_lora.their_run import MODES, run_theirs
 
 AUTHORS_COMMIT = "df4e74efe589ca1aa872d3843315ab6851192cf3"
 

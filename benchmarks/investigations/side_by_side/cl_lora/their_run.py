@@ -17,8 +17,8 @@ from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor
 from torch.nn import functional as F
 
-from benchmarks.side_by_side.cl_lora.authors_code import WIDTH, authors_learner, authors_runtime
-from benchmarks.side_by_side.cl_lora.our_run import Named, Recorder
+from benchmarks.investigations.side_by_side.cl_lora.authors_code import WIDTH, authors_learner, authors_runtime
+from benchmarks.investigations.side_by_side.cl_lora.our_run import Named, Recorder
 
 MODES = ("deferred", "no-version-bump", "torch")
 

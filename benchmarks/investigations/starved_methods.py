@@ -21,8 +21,9 @@ The stream: ``--classes`` (default the first 10) of Tiny-ImageNet's first 100 cl
 images each (seeded), the 50 validation images of each as the test set, ``--experiences``
 experiences of equal class count, relabelled 0..C-1 in the order given.
 
-    OMP_NUM_THREADS=1 python -m benchmarks.starved_methods --backbone vit_tiny_patch16_224-imagenet.safetensors \\
-        --architecture vit_tiny_patch16_224 --data FOLDER --image-size 112 --epochs 1 \\
+    OMP_NUM_THREADS=1 python -m benchmarks.investigations.starved_methods \\
+        --backbone vit_tiny_patch16_224-imagenet.safetensors --architecture vit_tiny_patch16_224 \\
+        --data FOLDER --image-size 112 --epochs 1 \\
         --methods NCM InfLoRA InfLoRA:lr=5e-4 L2P SD-LoRA
 
 The weights file may be named without its folder (found in ``AVALANCHE_COLOR_MODELS``), and

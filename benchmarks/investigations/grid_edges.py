@@ -3,7 +3,7 @@ the grid's lowest or highest: its best lr may lie beyond. This runs, for each of
 grid step further out, under the comparison's own rule (the same validation split, budget, rank and k),
 and goes on outwards while the validation accuracy still rises.
 
-    python -m benchmarks.grid_edges benchmarks/results/pacs_vit_ti [--steps 2] [--methods Naive EWC]
+    python -m benchmarks.investigations.grid_edges benchmarks/results/pacs_vit_ti [--steps 2] [--methods Naive EWC]
 
 It also reads a comparison still running (or interrupted) after its tuning: the methods whose every
 trial has finished, from the attempt folder, so that an edge shows before the seeds' runs are spent.

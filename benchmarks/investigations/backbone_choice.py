@@ -9,7 +9,7 @@ For each ``--sizes`` value it prints, on one thread:
 * the frozen forward and CoLoR's training step (rank 8, one expert of 10 classes, batch 32), in images
   per second, timed side by side.
 
-    python -m benchmarks.backbone_choice --backbone FILE --architecture vit_tiny_patch16_224 \\
+    python -m benchmarks.investigations.backbone_choice --backbone FILE --architecture vit_tiny_patch16_224 \\
         --data FOLDER --sizes 96 112 128 160
 
 The images are decoded at their stored size and resized to each input size with the backbone's own

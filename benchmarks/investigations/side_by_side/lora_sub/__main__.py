@@ -1,7 +1,7 @@
 """Our LoRA subtraction (:class:`avalanche_color.LoRASubtraction`) side by side with its authors' code on the
 same weights and batches, in float64 on the CPU, and a table of the largest absolute differences.
 
-    python -m benchmarks.side_by_side.lora_sub --authors-code /tmp/lorasub_code
+    python -m benchmarks.investigations.side_by_side.lora_sub --authors-code /tmp/lorasub_code
 
 ``--authors-code`` is an extracted copy of scarlet0703/LoRA-Sub-DRS at 836ad29 (its fork
 nqh-tq-32052503/LoRA-Sub-DRS has the same HEAD; ``git -C <mirror> archive HEAD | tar -x -C /tmp/lorasub_code``,
@@ -48,10 +48,10 @@ from avalanche_color.peers.lora_sub.config import LoRASubtractionConfig
 from avalanche_color.peers.lora_sub.model import LoRASubtractionViT
 from avalanche_color.peers.lora_sub.strategy import ProjectedAdam, augmented_triplet_loss, principal_projection
 from avalanche_color.peers.lora_sum.model import Mixing, input_covariances
-from benchmarks.side_by_side.lora_sub.authors_code import (THRESHOLD, import_authors, quiet, their_attention,
-                                                           their_network)
-from benchmarks.side_by_side.lora_sub.our_run import Recorder, run_ours
-from benchmarks.side_by_side.lora_sub.their_run import copy_component, run_theirs, their_component
+from benchmarks.investigations.side_by_side.lora_sub.authors_code import (THRESHOLD, import_authors, quiet,
+                                                                          their_attention, their_network)
+from benchmarks.investigations.side_by_side.lora_sub.our_run import Recorder, run_ours
+from benchmarks.investigations.side_by_side.lora_sub.their_run import copy_component, run_theirs, their_component
 
 
 def main(argv: Optional[list[str]] = None) -> None:

@@ -15,7 +15,7 @@ from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor
 
 from avalanche_color.peers.lora_sub.strategy import LoRASubtraction, subtracted_covariances
-from benchmarks.side_by_side.lora_sub.authors_code import THRESHOLD
+from benchmarks.investigations.side_by_side.lora_sub.authors_code import THRESHOLD
 
 
 class Recorder(SupervisedPlugin):

@@ -14,8 +14,8 @@ import torch
 from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor
 
-from benchmarks.side_by_side.lora_sub.authors_code import quiet, their_attention, their_learner
-from benchmarks.side_by_side.lora_sub.our_run import Recorder
+from benchmarks.investigations.side_by_side.lora_sub.authors_code import quiet, their_attention, their_learner
+from benchmarks.investigations.side_by_side.lora_sub.our_run import Recorder
 
 
 @torch.no_grad()

@@ -1,6 +1,6 @@
 """The measured effect of each difference between a method and its authors' code, one at a time.
 
-    python -m benchmarks.fidelity_effects --method SD-LoRA --benchmark digits_class --seeds 0 1 2 \
+    python -m benchmarks.investigations.fidelity_effects --method SD-LoRA --benchmark digits_class --seeds 0 1 2 \
         --epochs 5 --batch-size 32 --rank 16
 
 Trains the method as the package ships it (its authors' code's behaviour; for L2P, Avalanche's

@@ -1,7 +1,7 @@
 """The package functions one evaluation batch passes through, from the strategy's forward to the logits,
 or one training step, from the strategy's training epoch to the optimiser's step.
 
-    python -m benchmarks.forward_walk [--method CoLoR] [--router prototypes] [--training-step]
+    python -m benchmarks.investigations.forward_walk [--method CoLoR] [--router prototypes] [--training-step]
 
 Trains a tiny ViT (random weights, 16 px synthetic images, three experiences) for one epoch per
 experience, then traces ``strategy.forward()`` on a test batch with :func:`sys.setprofile`:

@@ -1,3 +1,0 @@
-"""CL-LoRA side by side with its authors' code on the same weights and batches
-(``python -m benchmarks.side_by_side.cl_lora --authors-code PATH``): how their code is driven and what is
-compared, in :mod:`benchmarks.side_by_side.cl_lora.__main__`."""
