@@ -86,7 +86,7 @@ def test_the_rules_measure_what_they_say():
     logits = torch.tensor([[[2.0, 0.0, float("-inf")], [0.0, 0.0, 0.0]]])  # (1 sample, 2 candidates, 3 classes)
     scores = torch.tensor([[0.0, 5.0]])
     confidence = candidate_merit(logits, scores, "confidence")
-    torch.testing.assert_close(confidence, torch.tensor([[torch.tensor([2.0, 0.0]).softmax(0)[0], 1 / 3]]))
+    torch.testing.assert_close(confidence, torch.tensor([[torch.tensor([2.0, 0.0]).softmax(0)[0].item(), 1 / 3]]))
     product = candidate_merit(logits, scores, "router_product")
     torch.testing.assert_close(product, confidence * scores.softmax(1))
     # The picked answer: the first candidate by confidence, the second by the router's product.
