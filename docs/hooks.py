@@ -1,7 +1,8 @@
 """mkdocs hooks.
 
 * The accuracy plots committed beside the results (``benchmarks/results/<name>/accuracy.png``) are published as
-  ``results/<name>/accuracy.png``, so the benchmark pages show them without a copy.
+  ``results/<name>/accuracy.png``, so the benchmark pages show them without a copy; so are the budget sweeps'
+  plots (``benchmarks/results/<name>_budget/budget.png``).
 * A word of code (``--loggers``, ``CoLoR-gaussian``, ``'.[test,benchmarks]'``, ``benchmarks.pretraining.<name>``)
   is kept on one line: browsers may break a line after a hyphen, a slash or before a bracket, even in code, and
   no CSS property turns that off, so each such word goes in a ``<span class="nobreak">`` that
@@ -36,8 +37,8 @@ UNKNOWN_COMMAND = re.compile(r">(\\[A-Za-z]+)")
 
 def on_files(files, config):
     results = Path(config["docs_dir"]).parent / "benchmarks" / "results"
-    for plot in sorted(results.glob("*/accuracy.png")):
-        files.append(File.generated(config, f"results/{plot.parent.name}/accuracy.png", abs_src_path=str(plot)))
+    for plot in sorted([*results.glob("*/accuracy.png"), *results.glob("*/budget.png")]):
+        files.append(File.generated(config, f"results/{plot.parent.name}/{plot.name}", abs_src_path=str(plot)))
     return files
 
 
