@@ -28,7 +28,7 @@ from typing import Any, Optional, Sequence
 
 from avalanche_color.runner.methods import METHODS
 from avalanche_color.runner.report import mean_and_spread
-from benchmarks.reporting.diagonals import diagonal, experience_sizes
+from benchmarks.reporting.diagonals import diagonal, experience_sizes, finished_runs
 
 METRICS = ("final", "diagonal", "routing")
 
@@ -52,14 +52,12 @@ class Point:
 
 
 def comparison_runs(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
-    """A comparison's config, its runs and whether it has finished (else its attempt's runs so far)."""
-    results = folder / "results.json"
-    if results.is_file():
-        record = json.loads(results.read_text())
-        return record["config"], record["runs"], True
-    runs = [json.loads(path.read_text()) for path in sorted((folder / "attempt" / "runs").glob("*.json"))
-            if path.name != "provenance.json"]
-    return {}, [run for run in runs if "accuracy_matrix" in run], False
+    """A comparison's settings, its runs (:func:`~benchmarks.reporting.diagonals.finished_runs`: its attempt's so
+    far, where it is still running) and whether it has finished."""
+    finished = (folder / "results.json").is_file()
+    settings = (json.loads((folder / "results.json").read_text())["config"] if finished else
+                json.loads((folder / "attempt" / "runs" / "provenance.json").read_text())["settings"])
+    return settings, finished_runs(folder), finished
 
 
 def points(folder: Path) -> list[Point]:
@@ -74,8 +72,6 @@ def points(folder: Path) -> list[Point]:
     sizes = experience_sizes([run for _, runs, _ in found.values() for run in runs])
     result = []
     for path, (config, runs, finished) in found.items():
-        if not finished:  # the settings of a running comparison are in its provenance stamp
-            config = json.loads((path / "attempt" / "runs" / "provenance.json").read_text())["settings"]
         groups: dict[str, list[dict[str, Any]]] = {}
         for run in runs:
             groups.setdefault(line_of(run), []).append(run)
