@@ -18,7 +18,7 @@ import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal, Optional, Sequence, get_args
+from typing import Any, Callable, Literal, Optional, Sequence
 
 Scenario = Literal["domain-incremental", "class-incremental"]
 # What a benchmark does with --data: nothing (the bundled digits), an optional zip file or folder
@@ -150,11 +150,7 @@ class BenchmarkSpec:
         return f"must be one of {list(self.augmentations)} for {self.name}"
 
 
-# The training augmentations an offline stream takes (``augmentation=``): the light default for its small
-# images, or the paper's (S-Prompts') random resized crop, which ``--preset paper`` gives every stream
-# (avalanche_color.benchmarks.transforms builds them; declared here, where no torch is imported).
-Augmentation = Literal["light", "paper"]
-OFFLINE_AUGMENTATIONS: tuple[Augmentation, ...] = get_args(Augmentation)
+OFFLINE_AUGMENTATIONS = ("light", "paper")  # avalanche_color.benchmarks.transforms.AUGMENTATIONS, without torch
 PAPER_AUGMENTATION = ("paper",)
 
 

@@ -15,12 +15,15 @@ tensors (the offline streams keep their images decoded like that) or PIL images
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Literal, Sequence
 
 import torch
 from torchvision.transforms import v2
 
-from avalanche_color.benchmarks.registry import OFFLINE_AUGMENTATIONS, Augmentation  # noqa: F401 (Augmentation: the builders')
+# The training augmentations an offline stream takes (``augmentation=``): the light default for its small
+# images, or the paper's (S-Prompts') random resized crop, which ``--preset paper`` gives every stream.
+Augmentation = Literal["light", "paper"]
+AUGMENTATIONS: tuple[Augmentation, ...] = ("light", "paper")
 
 
 def vit_transforms(image_size: int, mean: Sequence[float], std: Sequence[float],
@@ -61,8 +64,8 @@ def offline_transforms(augmentation: str, image_size: int, mean: Sequence[float]
                        interpolation: str = "bilinear") -> tuple[v2.Compose, v2.Compose]:
     """An offline stream's (train, eval) transforms: :func:`vit_transforms` for ``augmentation="light"``,
     :func:`paper_transforms` for ``"paper"``."""
-    if augmentation not in OFFLINE_AUGMENTATIONS:
-        raise ValueError(f"augmentation must be one of {OFFLINE_AUGMENTATIONS}, got {augmentation!r}")
+    if augmentation not in AUGMENTATIONS:
+        raise ValueError(f"augmentation must be one of {AUGMENTATIONS}, got {augmentation!r}")
     pipeline = vit_transforms if augmentation == "light" else paper_transforms
     return pipeline(image_size, mean, std, interpolation)
 
