@@ -37,7 +37,7 @@ def test_runner_writes_every_result_and_log(tiny_backbone, tmp_path):
     assert runs["Naive"]["routing_accuracy"] is None
     assert runs["CoLoR"]["trainable_parameters_per_experience"] < runs["Naive"]["trainable_parameters_per_experience"]
     # How each method's lr was chosen is recorded beside the value it trained with.
-    assert (runs["CoLoR"]["lr"], runs["Naive"]["lr"]) == (0.05, 0.01)
+    assert (runs["CoLoR"]["lr"], runs["Naive"]["lr"]) == (0.01, 1e-3)  # a weights file: the pretrained defaults
     assert "--color-lr" in runs["CoLoR"]["lr_chosen_by"] and "--baseline-lr" in runs["Naive"]["lr_chosen_by"]
 
     saved = json.loads((tmp_path / "results.json").read_text())
@@ -143,8 +143,8 @@ def test_runner_logs_each_run_to_its_own_offline_wandb_run(tiny_backbone, tmp_pa
     # Each run's config holds its method's own options, as its strategy got them.
     color, naive = (run_config(run_file) for run_file in run_files)
     assert (color["method"], color["seed"], color["rank"], color["k"], color["lr"], color["routing_features"],
-            color["router"]) == ("CoLoR", 0, 2, 4, 0.05, "backbone", "prototypes")
-    assert (naive["method"], naive["lr"], naive["momentum"]) == ("Naive", 0.01, 0.9) and "rank" not in naive
+            color["router"]) == ("CoLoR", 0, 2, 4, 0.01, "backbone", "prototypes")
+    assert (naive["method"], naive["lr"], naive["momentum"]) == ("Naive", 1e-3, 0.9) and "rank" not in naive
     assert color["comparison"]["benchmark"] == "digits_class"
 
 
@@ -235,3 +235,20 @@ def test_forgetting_is_avalanches_stream_forgetting_also_for_a_test_stream_unlik
         matrix.append([row[j] for j in range(test_experiences)])
     assert len({tuple(row) for row in matrix}) > 1  # accuracies change: the forgetting is not trivially 0
     assert forgetting(matrix) == pytest.approx(metrics["StreamForgetting/eval_phase/test_stream"])
+
+
+def test_untuned_learning_rates_follow_the_backbone_and_a_flag_or_preset_overrides_them():
+    from avalanche_color.runner.backbone_loading import SHIPPED
+    from avalanche_color.runner.presets import SHIPPED_BACKBONES, UNTUNED_LRS
+
+    assert set(SHIPPED_BACKBONES) == set(SHIPPED)  # the package's own ViTs, as load_backbone names them
+    lrs = lambda config: (config.color_lr, config.baseline_lr)  # noqa: E731
+    shipped, pretrained = (tuple(UNTUNED_LRS[kind].values()) for kind in ("shipped", "pretrained"))
+    assert shipped == (0.05, 0.01) and pretrained == (0.01, 1e-3)
+    assert lrs(RunConfig(benchmark="digits_class")) == shipped  # the benchmark's own backbone, digits
+    assert lrs(RunConfig(benchmark="pacs", backbone="offline")) == shipped
+    for backbone in ("vit_tiny_patch16_224.augreg_in21k", "weights.safetensors", "random:vit_tiny_patch16_224"):
+        assert lrs(RunConfig(benchmark="pacs", backbone=backbone)) == pretrained
+    assert lrs(RunConfig(benchmark="pacs", backbone="weights.pt", color_lr=0.2, baseline_lr=0.3)) == (0.2, 0.3)
+    paper = RunConfig.from_preset("paper", benchmark="pacs", backbone="weights.pt")
+    assert lrs(paper) == (1e-3, 1e-3)  # the preset's CoLoR lr (DomainNet's); the baselines' the backbone's

@@ -47,6 +47,19 @@ def test_a_torchvision_of_another_torch_build_is_named_in_one_line_with_the_fix(
     assert "RuntimeError" not in run.stderr and "The above exception" not in run.stderr
 
 
+def test_the_runner_names_a_torchvision_of_another_torch_build_in_its_one_line_error(tmp_path):
+    path = stand_in_torchvision(tmp_path / "path", NMS)
+    run = subprocess.run([sys.executable, "-m", "avalanche_color.runner", "compare", "--benchmark", "digits_class",
+                          "--out-dir", str(tmp_path / "runs")], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=180, env={"PYTHONPATH": f"{path}:{REPOSITORY}", "PATH": "/usr/bin:/bin"})
+    torch, torchvision = metadata.version("torch"), metadata.version("torchvision")
+    assert run.returncode != 0 and run.stdout == ""
+    assert run.stderr.strip().splitlines() == [
+        f"avalanche-color compare: error: ImportError: {mismatch_message(torch, torchvision, NMS)} "
+        "(--debug or AVALANCHE_COLOR_DEBUG=1 shows the traceback)"]
+    assert not (tmp_path / "runs").exists()  # refused before anything is written
+
+
 def test_import_alone_does_not_touch_torchvision_and_another_failure_of_it_stays_as_it_is(tmp_path):
     path = stand_in_torchvision(tmp_path / "path", "CUDA driver initialization failed")
     quiet = _python("import sys, avalanche_color\nprint('torchvision' in sys.modules)", tmp_path,

@@ -26,6 +26,7 @@ from typing import Any, Callable, Optional, Sequence, TextIO, Union
 from avalanche_color.runner.config import BUDGET, DEFAULT_OUT, RunConfig, RunConfigError, folder_name, setting
 from avalanche_color.runner.methods import methods_taking
 from avalanche_color.utils.checks import boolean, missing_device, optional, path, text
+from avalanche_color.utils.install_check import check_torch_pair
 
 PROGRAM = "avalanche-color"
 DEBUG_ENV = "AVALANCHE_COLOR_DEBUG"
@@ -171,6 +172,7 @@ def _flag_and_value(error: RunConfigError, own: Optional[CommandLine] = None) ->
 def compare(config: RunConfig, progress: bool = True) -> dict[str, Any]:
     """Runs the comparison (on several processes under torchrun) and prints its table; ``progress``: bars
     for the runs and, inside each, its experiences, epochs and iterations with an ETA (main process only)."""
+    check_torch_pair()  # a torchvision of another torch build: its one line with the fix, before Avalanche's import
     import torch
     from avalanche.distributed import DistributedHelper
 

@@ -21,7 +21,8 @@ from avalanche_color.benchmarks.registry import (BENCHMARKS, CALLABLE_FORM, OFFL
 from avalanche_color.color.config import LoRAOptions
 from avalanche_color.config import PRECISIONS, PrototypeOptions
 from avalanche_color.runner.methods import METHODS, methods_allowed
-from avalanche_color.runner.presets import PRESETS, preset_settings
+from avalanche_color.runner.presets import (PRESETS, SHIPPED_BACKBONES, UNTUNED_LRS, preset_settings,
+                                            untuned_lrs)
 from avalanche_color.utils.checks import (Check, anything, boolean, each, non_negative, non_negative_int, one_of,
                                           open_fraction, optional, path, positive, positive_int, subset_of, text)
 
@@ -73,10 +74,14 @@ class RunConfigError(ValueError):
         self.field, self.value, self.problem = field, value, problem
 
 
-# The comparison's budget: what every method of a run gets alike. Short, for small data and CPUs; a method's
-# own defaults (CoLoR's 50 epochs at batch 128 ...) are its paper's, which --preset paper takes.
+# The comparison's budget: what every method of a run gets alike (the BUDGET group of --help), and why it differs
+# from the strategies' own defaults. A strategy's defaults are its paper's (CoLoR: rank 64, 50 epochs at batch 128,
+# lr 1e-3 or 0.01 by benchmark: GPU hours per experience of a large stream), which --preset paper takes. The runner
+# defaults to a short budget instead, so that a comparison of every method runs on a CPU in minutes on the bundled
+# digits: 5 epochs at batch 64, rank 8 (the fields' defaults below), and the learning rates that hold at it, which
+# depend on the backbone (presets.UNTUNED_LRS). docs/benchmarks/runner.md ("The runner's budget") says how to
+# choose them.
 BUDGET = "budget"
-
 
 def setting(default: Any, help: str, check: Check, *, flag: Optional[str] = None, choices: Any = None,
             cli: bool = True, group: Optional[str] = None, per_method: bool = False, **field_options: Any) -> Any:
@@ -155,10 +160,15 @@ class RunConfig:
                                  one_of(NORMALISATIONS), choices=NORMALISATIONS)
     ridge_width: int = setting(2048, "random features M of RanPAC and the ridge routers", positive_int,
                                    per_method=True)
-    color_lr: float = setting(0.05, "lr of the methods that train as CoLoR (SGD, cosine per experience)", positive,
-                              group=BUDGET, per_method=True)
-    baseline_lr: float = setting(0.01, "lr of the fine-tuning baselines (SGD)", positive, group=BUDGET,
-                                 per_method=True)
+    color_lr: Optional[float] = setting(
+        None, "lr of the methods that train as CoLoR (SGD, cosine per experience); default: "
+              f"{UNTUNED_LRS['shipped']['color_lr']} on the package's backbones ({', '.join(SHIPPED_BACKBONES)}), "
+              f"{UNTUNED_LRS['pretrained']['color_lr']} on any other", optional(positive),
+        group=BUDGET, per_method=True)
+    baseline_lr: Optional[float] = setting(
+        None, f"lr of the fine-tuning baselines (SGD); default: {UNTUNED_LRS['shipped']['baseline_lr']} on the "
+              f"package's backbones, {UNTUNED_LRS['pretrained']['baseline_lr']} on any other", optional(positive),
+        group=BUDGET, per_method=True)
     weight_decay: Optional[float] = setting(
         None, "weight decay of the optimiser (default: each method's own: CoLoR 2e-4, fine-tuning 0)",
         optional(non_negative), per_method=True)
@@ -257,6 +267,9 @@ class RunConfig:
                                                           "learning rates itself: give one of the two")
         if self.preset is not None:
             object.__setattr__(self, "preset_settings", preset_settings(self.preset, self.benchmark))
+        for name, lr in untuned_lrs(self.backbone or spec.backbone).items():  # recorded as the run used them
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, lr)
 
     def loader_workers(self, device: str, batches: Optional[int] = None) -> int:
         """``workers``, or its default for ``device`` and an epoch of ``batches`` batches (:func:`default_workers`)."""

@@ -15,6 +15,8 @@ from dataclasses import dataclass, replace
 from importlib import import_module
 from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, cast
 
+from avalanche_color.runner.presets import UNTUNED_LRS
+
 if TYPE_CHECKING:
     from avalanche.training.templates import SupervisedTemplate
     from torch import nn
@@ -136,8 +138,8 @@ class Method:
 # evaluations (cache_evaluation), so each test image passes the backbone and its expert about once, not
 # once per later experience (the committed digits matrices are reproduced identically with it).
 
-COLOR_LR_CHOICE = ("--color-lr (default 0.05, set by hand for the runner's short budgets); --preset paper: "
-                   "the CoLoR paper's")
+COLOR_LR_CHOICE = (f"--color-lr (default by the backbone: {UNTUNED_LRS['shipped']['color_lr']} on the package's, "
+                   f"{UNTUNED_LRS['pretrained']['color_lr']} on others); --preset paper: the CoLoR paper's")
 
 
 def _color_options(routing: dict[str, Any]) -> Callable[[MethodRun], dict[str, Any]]:
@@ -321,7 +323,9 @@ def _avalanche_strategy(template: str, masked: bool = False) -> Callable[[Method
     return build
 
 
-FINE_TUNING_LR = "--baseline-lr (default 0.01, one value for every fine-tuning baseline)"
+FINE_TUNING_LR = (f"--baseline-lr (one value for every fine-tuning baseline; default by the backbone: "
+                  f"{UNTUNED_LRS['shipped']['baseline_lr']} on the package's, {UNTUNED_LRS['pretrained']['baseline_lr']} "
+                  f"on others)")
 
 FINE_TUNING = (
     Method("Naive", _fine_tuning_options(), build=_avalanche_strategy("Naive"),
