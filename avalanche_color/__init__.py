@@ -13,8 +13,8 @@ Where each part of the method lives:
   of experts, heads and their records, and a router; the routing features come from the backbone or, for
   CoLoR++ (``routing_features="first_expert"``), the first expert; the evaluation cache), saved as a folder
   (``saved.py``).
-* ``training/``: the strategy base in one module (``training/strategy.py``: :class:`StrategyBase`, the
-  :class:`ConfiguredStrategy` of every method and the template CoLoR and S-Prompts share over it), the
+* ``training/``: the strategy base in one module (``training/strategy.py``: :class:`StrategyBase`, of every
+  method and baseline, and the template CoLoR and S-Prompts share over it), the
   plugin that fits the routers, checkpoint/resume, data checks, torchrun.
 * ``color/``: CoLoR itself: :class:`ExpertViT`, :class:`CoLoR`, :class:`LoRAExpertsPlugin`.
 * ``peers/``: the prompt-based peers, S-Prompts and L2P, and the LoRA peers that adapt one shared
@@ -38,11 +38,10 @@ with the installed torch (an ``ImportError`` names both versions and the command
 
 from __future__ import annotations
 
-import ast
-import importlib
-import warnings
-from pathlib import Path
+from importlib import import_module as _import_module
+from pathlib import Path  # load_pretrained's folder; not in dir(), see __dir__
 from typing import TYPE_CHECKING, Any
+from warnings import filterwarnings as _filterwarnings
 
 from avalanche_color.version import __version__ as __version__  # re-exported
 from avalanche_color.utils.install_check import check_torch_pair as _check_torch_pair
@@ -51,13 +50,17 @@ from avalanche_color.utils.install_check import check_torch_pair as _check_torch
 # included, and qpsolvers warns on import when no QP solver imports. Filtered here, narrowly (this message, from
 # qpsolvers), since Avalanche is imported lazily from anywhere; a script must import avalanche_color before
 # Avalanche for it to act, as the README's quick start does (tests/test_quick_start.py runs it without a solver).
-warnings.filterwarnings("ignore", message="no QP solver found", category=UserWarning, module="qpsolvers")
+_filterwarnings("ignore", message="no QP solver found", category=UserWarning, module="qpsolvers")
 
 # The public names, each imported on first access (PEP 562): the TYPE_CHECKING block at the end of
 # this file is their one list. Type checkers and editors read it as written (``import X as X`` marks a
-# name as re-exported); at run time it is read from this file's source, never executed.
+# name as re-exported); at run time it is read from this file's source, never executed. A decision: a
+# second list (a name -> module dict) would be quicker to read but could drift from the one editors see;
+# parsing this file costs about a millisecond at import.
 def _public_names() -> dict[str, str]:
     """Public name -> the module that defines it, as the ``TYPE_CHECKING`` block imports them."""
+    import ast
+
     tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
     [block] = [node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"]
     return {alias.name: node.module for node in block.body if isinstance(node, ast.ImportFrom)
@@ -98,13 +101,13 @@ def __getattr__(name: str) -> Any:
     # The first public name used imports torch: a torchvision made for another torch build is named there, in
     # one line with the fix, not as a RuntimeError from deep inside timm or Avalanche (utils/install_check.py).
     _check_torch_pair()
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(_import_module(module), name)
     globals()[name] = value  # later look-ups do not come here
     return value
 
 
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+def __dir__() -> list[str]:  # the public names, imported or not; not the helpers above
+    return sorted({*__all__, "__version__"})
 
 
 if TYPE_CHECKING:  # the public names (see _public_names), imported eagerly for type checkers and editors
@@ -157,7 +160,6 @@ if TYPE_CHECKING:  # the public names (see _public_names), imported eagerly for 
     from avalanche_color.routing.routers import PrototypeRouter as PrototypeRouter
     from avalanche_color.training.resume import CheckpointError as CheckpointError
     from avalanche_color.training.resume import read_checkpoint as read_checkpoint
-    from avalanche_color.training.strategy import ConfiguredStrategy as ConfiguredStrategy
     from avalanche_color.training.strategy import MixedPrecision as MixedPrecision
     from avalanche_color.training.data_checks import DataChecksPlugin as DataChecksPlugin
     from avalanche_color.training.learning_check import ExpertLearnedNothing as ExpertLearnedNothing
