@@ -415,7 +415,9 @@ def _no_backbone(num_classes: int) -> nn.Module:
 
 def settings_read(name: str) -> frozenset[str]:
     """The run's settings (names of :class:`MethodSettings`) that method ``name``'s options read, found by
-    building its options once on a stand-in that records what is read (it imports no torch)."""
+    building its options once on a stand-in that records what is read (it imports no torch). A decision: a
+    ``reads=(...)`` list in each :class:`Method` would say again what its ``options`` already say, and could
+    drift from it; ``--help`` and the refusals of a flag a method does not take read this instead."""
     recorder = _ReadRecorder()
     method(name).options(MethodRun(recorder, rank=1, k=1, num_classes=2, backbone=_no_backbone,
                                    strategy_options={}, num_experiences=2))
