@@ -22,7 +22,8 @@ import avalanche_color.benchmarks.archives
 import avalanche_color.benchmarks.pacs
 from avalanche_color.benchmarks.pacs import PACS_CLASSES, PACS_DOMAINS, load_pacs, pacs
 from avalanche_color.benchmarks.paper import DOMAINNET_DOMAINS, core50_ni, domainnet, split_cifar100
-from avalanche_color.benchmarks.registry import StreamRequest, benchmark_spec
+from avalanche_color.benchmarks.registry import benchmark_spec
+from avalanche_color.benchmarks.requests import StreamRequest
 from avalanche_color.benchmarks.tiny_imagenet import split_tiny_imagenet
 from avalanche_color.benchmarks.transforms import paper_transforms, vit_transforms
 from paper_data import jpeg, use_md5_sums, write_cifar100, write_core50, write_domainnet

@@ -28,10 +28,10 @@ LAYERS: list[set[str]] = [
 # Modules of the package a layer may import besides its own folder and lower layers' folders:
 # the runner, on top, uses what a user can (the top-level API, the backbones module, the value checks, and
 # the option declarations a command line reads without torch: avalanche_color.config, e.g. its PRECISIONS,
-# and CoLoR's, whose rank doc --rank shows).
+# and CoLoR's, whose rank doc --rank shows), and the install check it runs before it imports torch.
 PUBLIC_API_USERS = {"runner"}
 PUBLIC_MODULES = {"avalanche_color", "avalanche_color.backbones", "avalanche_color.utils.checks",
-                  "avalanche_color.config", "avalanche_color.color.config"}
+                  "avalanche_color.config", "avalanche_color.color.config", "avalanche_color.utils.install_check"}
 RANK = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
 
 

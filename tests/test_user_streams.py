@@ -15,7 +15,8 @@ from avalanche.benchmarks import tensors_benchmark
 from PIL import Image
 
 from avalanche_color.benchmarks import digits
-from avalanche_color.benchmarks.registry import BENCHMARKS, SettingError
+from avalanche_color.benchmarks.registry import BENCHMARKS
+from avalanche_color.benchmarks.requests import SettingError
 from avalanche_color.benchmarks.user_data import class_groups, image_folder_class, image_folder_domain
 from avalanche_color.runner import RunConfig
 from avalanche_color.runner.backbone_loading import load_backbone

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from avalanche.benchmarks import paths_benchmark
 
-from avalanche_color.benchmarks.registry import CALLABLE_FORM, SettingError, StreamRequest, is_callable_name
+from avalanche_color.benchmarks.requests import CALLABLE_FORM, SettingError, StreamRequest, is_callable_name
 from avalanche_color.benchmarks.stream_building import (DEFAULT_MEAN, DEFAULT_STD, check_seed, generic_benchmark,
                                                         subsample_per_class, task_labels_of)
 from avalanche_color.benchmarks.transforms import Augmentation, offline_transforms

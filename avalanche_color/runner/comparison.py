@@ -29,8 +29,8 @@ from tqdm import tqdm
 
 from avalanche_color import write_atomically
 from avalanche_color.backbones import backbone_data_config
-from avalanche_color.benchmarks.registry import (BENCHMARKS, BenchmarkSpec, SettingError, benchmark_spec, check_data,
-                                                 measured_spec)
+from avalanche_color.benchmarks.registry import BENCHMARKS, BenchmarkSpec, benchmark_spec, check_data, measured_spec
+from avalanche_color.benchmarks.requests import SettingError
 from avalanche_color.benchmarks.stream_building import validation_benchmark
 from avalanche_color.runner.backbone_loading import input_size_problem, load_backbone, resize_input, weights_file
 from avalanche_color.runner.config import RunConfig, RunConfigError, config_record

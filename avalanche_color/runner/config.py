@@ -16,8 +16,9 @@ from dataclasses import MISSING, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from avalanche_color.benchmarks.registry import (BENCHMARKS, CALLABLE_FORM, OFFLINE_AUGMENTATIONS as AUGMENTATIONS,
-                                                 benchmark_problem, benchmark_spec, takers)
+from avalanche_color.benchmarks.registry import (BENCHMARKS, OFFLINE_AUGMENTATIONS as AUGMENTATIONS, benchmark_problem,
+                                                 benchmark_spec, takers)
+from avalanche_color.benchmarks.requests import CALLABLE_FORM
 from avalanche_color.color.config import LoRAOptions
 from avalanche_color.config import PRECISIONS, PrototypeOptions
 from avalanche_color.runner.methods import METHODS, methods_allowed

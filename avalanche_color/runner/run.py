@@ -21,7 +21,8 @@ from timm.models.vision_transformer import VisionTransformer
 
 from avalanche_color import (LearningCheckPlugin, TrainingProgress, backbone_data_config, experience_classes,
                              routing_accuracy_metrics, train_stream, write_atomically)
-from avalanche_color.benchmarks.registry import BenchmarkSpec, StreamRequest, benchmark_spec
+from avalanche_color.benchmarks.registry import BenchmarkSpec, benchmark_spec
+from avalanche_color.benchmarks.requests import StreamRequest
 from avalanche_color.runner.backbone_loading import with_head
 from avalanche_color.runner.config import RunConfig, config_record, jsonable
 from avalanche_color.runner.methods import MethodRun, method
