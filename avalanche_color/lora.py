@@ -143,12 +143,6 @@ class QKVExperts(nn.Module):
         return QVLoRA(self.in_features, self.head_width, rank, alpha).to(device=weight.device,
                                                                         dtype=trained_dtype(weight.dtype))
 
-    def add_expert(self, rank: int, alpha: float) -> QVLoRA:
-        """Add a new expert; its index is its position in :attr:`experts`."""
-        expert = self.new_expert(rank, alpha)
-        self.experts.append(expert)
-        return expert
-
     def forward(self, x: Tensor, experts: ExpertSelection = None, trained: Optional[int] = None) -> Tensor:
         """``[q | k | v]`` of ``x`` with ``experts``' q and v updates.
 
@@ -349,7 +343,10 @@ class QVLowRankLinear(torch.autograd.Function):
 # gradients reach it and the cache need not follow it.
 
 # owner module -> (key of the sources the stacks were built from, the stacks). Weak: a deleted or
-# copied model never finds another's stacks.
+# copied model never finds another's stacks. A decision: kept beside the modules, not on them, so that
+# a model's deepcopy, pickle and state_dict never carry a copy of every expert's weights; and keyed on
+# the tensors' version counter (``_version``, private but what autograd itself checks in-place writes
+# by), the one signal torch gives that a tensor was written in place.
 _STACKS: WeakKeyDictionary[nn.Module, tuple[tuple, tuple[Tensor, ...]]] = WeakKeyDictionary()
 
 SourceKey = tuple

@@ -57,7 +57,8 @@ def test_matches_loralib_merged_linear_on_q_and_v():
     base = torch.nn.Linear(d, 3 * d)
     base.load_state_dict({"weight": reference.weight, "bias": reference.bias})
     layer = QKVExperts(base)
-    expert = layer.add_expert(r, alpha)
+    expert = layer.new_expert(r, alpha)
+    layer.experts.append(expert)  # as the expert bank adds it: expert 0
     with torch.no_grad():
         expert.A.copy_(reference.lora_A.view(2, r, d))
         expert.B.copy_(reference.lora_B.view(2, d, r))

@@ -73,7 +73,8 @@ def test_the_layer_pads_experts_of_other_ranks_and_scalings():
     torch.manual_seed(0)
     layer = QKVExperts(torch.nn.Linear(12, 36).double())
     for rank, alpha in ((2, 2.0), (5, 1.0), (3, 6.0)):
-        expert = layer.add_expert(rank, alpha)
+        expert = layer.new_expert(rank, alpha)
+        layer.experts.append(expert)
         torch.nn.init.normal_(expert.B)
     layer.double()
     x = torch.randn(6, 7, 12, dtype=torch.float64)
