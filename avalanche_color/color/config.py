@@ -6,10 +6,26 @@ and the checks are in :mod:`avalanche_color.config`.
 
 from __future__ import annotations
 
-from typing import Optional
+import math
+from typing import Literal, Optional, get_args
 
 from avalanche_color.config import CANDIDATE_RULES, CandidateRule, RoutedExpertsConfig, RoutingOptions
 from avalanche_color.utils.checks import boolean, one_of, option, option_group, optional, positive, positive_int
+
+# HRM-PET's re-matching (:mod:`avalanche_color.routing.rematching`): which of its two steps run, how a first
+# prediction's confidence is scored, and where the confidence step's second candidate comes from.
+Rematching = Literal["off", "hybrid", "direct", "confidence"]
+ConfidenceScore = Literal["gen", "msp"]
+RematchingCandidate = Literal["class", "router"]
+REMATCHING: tuple[str, ...] = get_args(Rematching)
+CONFIDENCE_SCORES: tuple[str, ...] = get_args(ConfidenceScore)
+REMATCHING_CANDIDATES: tuple[str, ...] = get_args(RematchingCandidate)
+
+
+def finite_number(value: object) -> Optional[str]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return "must be a finite number"
+    return None
 
 
 @option_group
@@ -38,6 +54,30 @@ class LoRAOptions(RoutingOptions):
             'softmax probability times the router\'s softmax over the candidates\' scores is largest (the best '
             'of the rules measured); ``"confidence"``, the one whose head gives the largest softmax probability. '
             'Unused with ``top_m=1``.')
+    rematching: Rematching = option(
+        "off", one_of(REMATCHING),
+        doc='beyond the paper: HRM-PET\'s re-matching of the routed expert from its first prediction, which is '
+            'every expert\'s head on the routed expert\'s features. ``"direct"``: where the best (expert, class) of '
+            'that prediction is a class of another expert alone, that expert answers; ``"confidence"``: where the '
+            'prediction\'s confidence (``rematching_score``) is below ``rematching_tau``, the second candidate '
+            '(``rematching_candidate``) runs too and the one of larger energy 0.1 logsumexp(logits / 0.1) answers; '
+            '``"hybrid"``: both, in that order (HRM-PET). ``"off"``: the router\'s choice (the paper). Not with '
+            '``top_m`` > 1 or ``router="oracle"``.')
+    rematching_score: ConfidenceScore = option(
+        "gen", one_of(CONFIDENCE_SCORES),
+        doc='how confident a first prediction is, from its softmax over every expert\'s classes: ``"gen"``, the '
+            'generalised entropy score -sum over the 20 largest probabilities of p^0.1 (1 - p)^0.1 (HRM-PET\'s '
+            'default); ``"msp"``, the largest probability.')
+    rematching_tau: float = option(
+        -10.0, finite_number,
+        doc='the confidence below which ``"confidence"`` and ``"hybrid"`` re-matching try the second candidate '
+            '(HRM-PET\'s default -10, for ``"gen"``, whose scores lie in [-17.5, 0]: with fewer than 14 (expert, '
+            'class) pairs no score is below it); with ``rematching_score="msp"`` a number in [0, 1].')
+    rematching_candidate: RematchingCandidate = option(
+        "class", one_of(REMATCHING_CANDIDATES),
+        doc='the second candidate of confidence re-matching: ``"class"``, the expert of the first prediction\'s '
+            'second-best (expert, class) where that class is its alone (HRM-PET\'s, the task of the second-best '
+            'class; a domain-incremental stream has none); ``"router"``, the router\'s second-ranked expert.')
 
     def _check_together(self) -> None:
         super()._check_together()
@@ -45,6 +85,16 @@ class LoRAOptions(RoutingOptions):
             raise ValueError(f"top_m={self.top_m} asks the router for several experts per sample, but "
                              f"router='oracle' knows one (the task label's): use top_m=1, or another router "
                              f"('prototypes', 'ridge', 'gaussian')")
+        if self.rematching != "off" and self.router == "oracle":
+            raise ValueError(f"rematching={self.rematching!r} moves a sample away from its routed expert, but "
+                             f"router='oracle' routes by the task label, the right expert: use rematching='off', "
+                             f"or another router ('prototypes', 'ridge', 'gaussian')")
+        if self.rematching != "off" and self.top_m > 1:
+            raise ValueError(f"rematching={self.rematching!r} and top_m={self.top_m} both choose the expert that "
+                             f"answers: use one of them (rematching='off' or top_m=1)")
+        if self.rematching_score == "msp" and not 0 <= self.rematching_tau <= 1:
+            raise ValueError(f"rematching_tau must be a number in [0, 1] with rematching_score='msp' (a largest "
+                             f"probability), got {self.rematching_tau!r} (-10.0 is HRM-PET's threshold for 'gen')")
 
     @property
     def scaling_alpha(self) -> float:

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from avalanche_color.color.config import LoRAOptions
 from avalanche_color.experts.routed_vit import RoutedExpertViT, backbone_images, check_vision_transformer
 from avalanche_color.lora import ExpertSelection, QKVExperts, QVExpertKind, expert_tokens
+from avalanche_color.routing.rematching import RematchingRule
 from avalanche_color.training.data_checks import DataChecksPlugin
 from avalanche_color.utils.checks import boolean, require
 
@@ -76,6 +77,15 @@ class ExpertViT(RoutedExpertViT):
     def top_m_rule(self) -> str:
         """The ``top_m_rule`` option: how one of the ``top_m`` candidates is picked."""
         return self.config.top_m_rule
+
+    @property
+    def rematching(self) -> Optional[RematchingRule]:
+        """The ``rematching`` options as a rule (None with ``rematching="off"``, the paper's routing)."""
+        config = self.config
+        if config.rematching == "off":
+            return None
+        return RematchingRule(config.rematching, config.rematching_score, config.rematching_tau,
+                              config.rematching_candidate)
 
     def start_expert(self, classes: Sequence[int], experience: int = -1, task: int = 0) -> int:
         """Add an expert for ``classes`` (see :meth:`RoutedExpertViT.start_expert`); with ``warm_start=True``

@@ -33,6 +33,8 @@ from avalanche_color.config import CANDIDATE_RULES, RoutingOptions
 from avalanche_color.experts.saved import check_stored_shapes, from_pretrained, save_pretrained, stored_expert_classes
 from avalanche_color.lora import (ExpertSelection, Segments, cached_stacks, pad_dim, source_key, trained_dtype,
                                   with_live_slot)
+from avalanche_color.routing.rematching import (Rematched, RematchingRule, energy, first_prediction, pair_logits,
+                                                pair_owners)
 from avalanche_color.routing.routers import make_router
 from avalanche_color.utils.experiences import (experience_classes, experience_task_labels,
                                                   refuse_chunks_without_boundaries)
@@ -372,21 +374,42 @@ def _single_expert_logits(features: Features, heads: nn.ModuleList, num_classes:
     return _head_logits(heads, pooled, [(expert, slice(None))], num_classes)
 
 
-def _segment_logits(features: Features, heads: nn.ModuleList, num_classes: int, x: Tensor, experts: Tensor,
-                    trained: Optional[int]) -> Tensor:
-    """The batch sorted by expert, each expert on its run of samples, put back in order at the end;
-    a batch of one expert takes the single-expert path. One host sync: the runs' experts and bounds."""
+def _sorted_runs(experts: Tensor) -> tuple[Tensor, Segments]:
+    """The order that sorts a batch by expert, and the runs of the sorted batch. One host sync: the runs'
+    experts and bounds."""
     order = experts.argsort(stable=True)
     ids, counts = torch.unique_consecutive(experts[order], return_counts=True)
     layout = torch.cat((ids, counts)).tolist()  # the one host sync
     run_experts, run_lengths = layout[: len(ids)], layout[len(ids) :]
-    if len(run_experts) == 1:
-        return _single_expert_logits(features, heads, num_classes, x, run_experts[0], trained)
     bounds = [0, *accumulate(run_lengths)]
-    segments: Segments = [(e, slice(a, b)) for e, a, b in zip(run_experts, bounds, bounds[1:])]
+    return order, [(e, slice(a, b)) for e, a, b in zip(run_experts, bounds, bounds[1:])]
+
+
+def _segment_logits(features: Features, heads: nn.ModuleList, num_classes: int, x: Tensor, experts: Tensor,
+                    trained: Optional[int]) -> Tensor:
+    """The batch sorted by expert, each expert on its run of samples, put back in order at the end;
+    a batch of one expert takes the single-expert path. One host sync: the runs' experts and bounds."""
+    order, segments = _sorted_runs(experts)
+    if len(segments) == 1:
+        return _single_expert_logits(features, heads, num_classes, x, segments[0][0], trained)
     logits = _head_logits(heads, features(x[order], segments, trained), segments, num_classes)
     unsorted = torch.empty_like(logits)
     unsorted[order] = logits
+    return unsorted
+
+
+def expert_features(features: Features, x: Tensor, experts: Tensor, trained: Optional[int],
+                    kernel: MixedKernel = "segments") -> Tensor:
+    """The pooled features (batch, num_features) of each sample of ``x`` with its own expert of ``experts``, in
+    batch order, by the kernel :func:`predict` takes (a batch of one expert: the single-expert path)."""
+    if gathers(kernel, x.device):
+        return features(x, experts, trained)
+    order, segments = _sorted_runs(experts)
+    if len(segments) == 1:
+        return features(x, segments[0][0], trained)
+    pooled = features(x[order], segments, trained)
+    unsorted = torch.empty_like(pooled)
+    unsorted[order] = pooled
     return unsorted
 
 
@@ -628,7 +651,8 @@ class RoutedExpertViT(MultiTaskModule):
     * train mode: the expert that trains, for every sample (a ``RuntimeError`` once every expert
       is finished: call ``model.eval()``);
     * eval mode: each sample's routed expert, kept in :attr:`routed_experts` (with ``top_m`` > 1: the
-      candidate the rule picks among the router's m best, see :meth:`propose`).
+      candidate the rule picks among the router's m best, see :meth:`propose`; with ``rematching``: the
+      expert HRM-PET's re-matching settles on, see :meth:`rematch`).
 
     Subclasses give ``__init__`` their :class:`ExpertKind` (the slots and
     how a new expert is made), implement :meth:`features`, and set ``options_class`` and
@@ -767,7 +791,7 @@ class RoutedExpertViT(MultiTaskModule):
             return x.new_zeros(x.shape[0], self.num_classes)
         elif self.training:
             experts = self.training_expert()
-        elif self.eval_cache is not None or self.top_m > 1:
+        elif self.eval_cache is not None or self.top_m > 1 or self.rematching is not None:
             logits, self.routed_experts = self.route_and_predict(x, task_labels)
             return logits
         else:
@@ -833,6 +857,61 @@ class RoutedExpertViT(MultiTaskModule):
         """How one of the ``top_m`` candidates is picked (:func:`candidate_merit`)."""
         return "router_product"
 
+    @property
+    def rematching(self) -> Optional[RematchingRule]:
+        """HRM-PET's re-matching at evaluation (:meth:`rematch`), or None: the router's choice. CoLoR's
+        ``rematching`` options (:class:`~avalanche_color.ExpertViT`)."""
+        return None
+
+    def rematch(self, x: Tensor, keys: Optional[list[bytes]] = None, rule: Optional[RematchingRule] = None) -> Rematched:
+        """HRM-PET's re-matching of images ``x`` under ``rule`` (default :attr:`rematching`; see
+        :mod:`avalanche_color.routing.rematching`): the router's expert, every expert's head on that expert's
+        features (the first prediction, over (expert, class) pairs), then a second pass for the samples the
+        direct step moves and one for the low-confidence samples' candidates. ``keys``: as in :meth:`route`
+        (the evaluation cache supplies routing features only)."""
+        rule = self.rematching if rule is None else rule
+        if rule is None:
+            raise ValueError("rematch needs a rule: give rule=RematchingRule(...), or build the model with "
+                             "rematching='hybrid', 'direct' or 'confidence'")
+        if not self.router.uses_features:
+            raise ValueError("rematching moves samples away from the oracle's expert, the right one: use "
+                             "router='prototypes', 'ridge' or 'gaussian'")
+        routing = self._router_features(x, keys)
+        first = self.router(routing, None, self.bank.tasks)
+        trained = self.bank.trainable
+        weight, bias, columns = stacked_heads(self.bank.heads, trained)
+
+        def run(images: Tensor, experts: Tensor) -> tuple[Tensor, Tensor]:
+            pooled = expert_features(self.features, images, experts, trained, self.mixed_kernel)
+            return pooled, pair_logits(weight, bias, columns, pooled)
+
+        pooled, pairs = run(x, first)
+        answer, moved = first.clone(), torch.zeros_like(first, dtype=torch.bool)
+        low = torch.zeros_like(moved)
+        if self.num_experts > 1:  # one expert: nothing to re-match (HRM-PET's confidence step needs task_id > 0)
+            seen = first_prediction(pairs, pair_owners(columns, self.num_classes), rule)
+            if rule.direct:
+                moved = (seen.best >= 0) & (seen.best != first)
+                rows = moved.nonzero().flatten()
+                if rows.numel():
+                    pooled, pairs = pooled.clone(), pairs.clone()
+                    answer[rows] = seen.best[rows]
+                    pooled[rows], pairs[rows] = run(x[rows], seen.best[rows])
+            if rule.confidence:
+                candidates = seen.second if rule.candidate == "class" else top_candidates(
+                    self.router.expert_scores(routing, self.num_experts), 2)[0][:, 1]
+                low = seen.low_confidence & (candidates >= 0)  # a class of several experts names no candidate
+                rows = low.nonzero().flatten()
+                if rows.numel():
+                    other, other_pairs = run(x[rows], candidates[rows])
+                    better = energy(other_pairs) > energy(pairs[rows])  # a tie keeps the answer (HRM-PET's max)
+                    taken = rows[better]
+                    pooled = pooled.clone()
+                    answer[taken] = candidates[taken]
+                    pooled[taken] = other[better]
+        logits = gathered_head_logits(self.bank.heads, pooled, answer, self.num_classes, trained)
+        return Rematched(logits, answer, first, moved, low)
+
     def propose(self, x: Tensor, m: Optional[int] = None, keys: Optional[list[bytes]] = None) -> Candidates:
         """Top-m routing's candidates for images ``x``: the router's ``m`` best experts per sample (default
         :attr:`top_m`; at most the number of experts) and each one's logits on its sample, computed as one
@@ -858,9 +937,17 @@ class RoutedExpertViT(MultiTaskModule):
         """The routed prediction of an eval-mode ``model(x)``, in either mode: the logits and each sample's
         expert (None while there is no expert). With ``cache_evaluation=True``, routing features and finished
         experts' logits of images seen before are reused: the same values, computed without gradients. With
-        ``top_m`` > 1, the expert :meth:`propose`'s candidates and ``top_m_rule`` pick."""
+        ``top_m`` > 1, the expert :meth:`propose`'s candidates and ``top_m_rule`` pick; with ``rematching``,
+        the one :meth:`rematch` settles on."""
         if not self.num_experts:
             return x.new_zeros(x.shape[0], self.num_classes), None
+        if self.rematching is not None:
+            if self.eval_cache is None:
+                rematched = self.rematch(x)
+            else:
+                with torch.no_grad():
+                    rematched = self.rematch(x, image_keys(x))
+            return rematched.logits, rematched.experts
         if self.eval_cache is None:
             if self.top_m > 1:
                 return self.propose(x).pick(self.top_m_rule)

@@ -185,12 +185,16 @@ COLOR = (
     _color("CoLoR++-ridge", "CoLoR++'s features, the ridge router", routing_features="first_expert",
            router="ridge"),
     # Beyond the paper, in the experts: a new expert warm-started from the previous one (it trains otherwise than
-    # CoLoR's, so no lr is carried from CoLoR), and top-2 routing (trains as CoLoR; only evaluation differs).
+    # CoLoR's, so no lr is carried from CoLoR), top-2 routing and HRM-PET's re-matching (both train as CoLoR;
+    # only evaluation differs).
     replace(_color("CoLoR-warm", "CoLoR, each new expert starting from the previous one (its head too where the "
                    "classes are the same)", routing_features="backbone", router="prototypes", warm_start=True),
             trains_as=""),
     _color("CoLoR-top2", "CoLoR, the router's two best experts run; the answer of the best confidence times router weight",
            routing_features="backbone", router="prototypes", top_m=2),
+    _color("CoLoR-rematch", "CoLoR, the routed expert re-matched from its first prediction over every expert's head "
+           "(HRM-PET's hybrid re-matching, its thresholds)", routing_features="backbone", router="prototypes",
+           rematching="hybrid"),
     Method("Joint-LoRA", _joint_lora_options, "JointLoRA", _build_joint_lora,
            about="one CoLoR expert trained on the whole stream at once (an upper bound)", lora=True, joint=True,
            lr_chosen_by=COLOR_LR_CHOICE),
