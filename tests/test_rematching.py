@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from avalanche_color import CoLoR, ExpertViT
+from avalanche_color import CoLoR, ExpertViT, LoRAExpertsPlugin
 from avalanche_color.routing.rematching import RematchingRule, confidence_scores, energy, generalized_entropy
 from helpers import UNSATURATED, quiet_evaluator, tiny_color, train_all
 from streams import class_stream, tiny_vit
@@ -314,7 +314,7 @@ def test_the_evaluation_cache_gives_the_same_answers():
 
 
 def test_a_strategy_with_rematching_evaluates_with_it_and_saves_and_loads_it(tmp_path):
-    benchmark = class_stream(num_experiences=3)
+    benchmark = class_stream(num_experiences=2)
     options = dict(rematching="hybrid", rematching_score="msp", rematching_tau=0.9, rematching_candidate="router")
     strategy = tiny_color(**options, **UNSATURATED)
     train_all(strategy, benchmark)  # training never routes: the experts are CoLoR's
@@ -328,6 +328,13 @@ def test_a_strategy_with_rematching_evaluates_with_it_and_saves_and_loads_it(tmp
         assert torch.equal(loaded.routed_experts, model.routed_experts)
         assert torch.equal(model.rematch(x).experts, model.routed_experts)
     assert ExpertViT.from_pretrained(folder, tiny_vit(), rematching="off").rematching is None  # not an expert setting
+
+
+def test_the_drop_in_plugin_gives_its_model_the_rule():
+    plugin = LoRAExpertsPlugin(rank=2, rematching="confidence", rematching_score="msp", rematching_tau=0.5)
+    assert ExpertViT(tiny_vit(), plugin.config).rematching == RematchingRule("confidence", "msp", 0.5, "class")
+    with pytest.raises(ValueError, match="rematching_tau must be a number in"):
+        LoRAExpertsPlugin(rematching="hybrid", rematching_score="msp", rematching_tau=2.0)
 
 
 @pytest.mark.parametrize("options, says", [
