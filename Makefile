@@ -147,6 +147,24 @@ benchmarks-vit-ti-tiny: $(STAMP)
 		--name split_tiny_imagenet_vit_ti_peers
 	$(GRID_EDGES) benchmarks/results/split_tiny_imagenet_vit_ti benchmarks/results/split_tiny_imagenet_vit_ti_peers
 
+# CoLoR's options beyond the paper (docs/beyond-the-paper.md) on the ViT-Ti tables' budget, beside their rows: top-2
+# routing and HRM-PET's re-matching train exactly as CoLoR (its tuned lr carried from the table's folder, --lr-from),
+# the warm start trains otherwise (tuned by the tables' rule, --tune lr). One lane per benchmark.
+VIT_TI_CARRIED := $(filter-out --tune lr,$(VIT_TI))
+BEYOND_ROUTING := --methods CoLoR-top2 CoLoR-rematch
+benchmarks-vit-ti-beyond: benchmarks-vit-ti-beyond-pacs benchmarks-vit-ti-beyond-tiny
+
+benchmarks-vit-ti-beyond-pacs: $(STAMP)
+	$(COMPARE) --benchmark pacs --train-per-class 100 $(VIT_TI_CARRIED) $(BEYOND_ROUTING) \
+		--lr-from benchmarks/results/pacs_vit_ti --name pacs_vit_ti_beyond_routing
+	$(COMPARE) --benchmark pacs --train-per-class 100 $(VIT_TI) --methods CoLoR-warm --name pacs_vit_ti_beyond_warm
+
+benchmarks-vit-ti-beyond-tiny: $(STAMP)
+	$(COMPARE) --benchmark split_tiny_imagenet --train-per-class 50 $(VIT_TI_CARRIED) $(BEYOND_ROUTING) \
+		--lr-from benchmarks/results/split_tiny_imagenet_vit_ti --name split_tiny_imagenet_vit_ti_beyond_routing
+	$(COMPARE) --benchmark split_tiny_imagenet --train-per-class 50 $(VIT_TI) --methods CoLoR-warm \
+		--name split_tiny_imagenet_vit_ti_beyond_warm
+
 # The paper's headline at the paper's budget (docs/benchmarks/budget.md): the paper's protocol (--preset paper: SGD
 # with cosine per experience, weight decay 2e-4, batch 128, rank 64, k 5 or 20, RandomResizedCrop and flip) on the
 # ImageNet ViT-Ti at 112 px, every training image of PACS, 100 per class of Split Tiny-ImageNet, from 2 to 50 epochs
