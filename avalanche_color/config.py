@@ -15,9 +15,10 @@ Each method keeps its own options in its folder, as peft keeps ``tuners/<method>
 its model's options and its whole config (``color/config.py``: ``LoRAOptions``, ``CoLoRConfig``;
 ``peers/s_prompts/config.py``; ``peers/l2p/config.py``). Each option is declared once, as a field
 (:func:`~avalanche_color.utils.checks.option`: its default, its check and its doc); the groups'
-Attributes, each strategy's ``__init__`` (its signature and Args, made from its config by
-:class:`~avalanche_color.training.strategy.ConfiguredStrategy`) and the docs' options table are made
-from those fields. A strategy builds its config once, from the keywords given, and hands each part
+Attributes and the docs' options table are made from those fields, and each strategy's ``__init__``,
+written in its file, names each default (``rank: int = CoLoRConfig.rank``: the field's
+:class:`~avalanche_color.utils.checks.OptionDefault`, shown as ``64``). A strategy builds its config once,
+from the keywords given (:class:`~avalanche_color.training.strategy.StrategyBase`), and hands each part
 its own group (:meth:`Options.group`): the model its model options, the prototype fitting its
 :class:`PrototypeOptions`, the loaders their :class:`LoaderOptions`.
 

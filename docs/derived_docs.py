@@ -1,10 +1,10 @@
 """griffe extension: the API pages show what the package makes from its option declarations, as ``help()`` does.
 
 An option is declared once, in its config (``option(default, check, doc=...)``); the option groups' Attributes
-sections and the ``__init__`` (signature and Args) of each method and baseline are made from those declarations
-when the package is imported (``avalanche_color.utils.checks.option_group``,
-``avalanche_color.training.strategy.documented_init``).
-griffe reads the source, where they are not written, so this extension takes them from the imported classes.
+sections are made from those declarations when the package is imported (``avalanche_color.utils.checks.option_group``),
+and each method's and baseline's ``__init__`` names each default as its config's (``rank: int = CoLoRConfig.rank``).
+griffe reads the source, where the Attributes are not written and the defaults are those names, so this extension
+takes them from the imported classes (``rank: int = 64``).
 Listed before ``sphinx_roles.py``, which then shows their roles as code.
 """
 

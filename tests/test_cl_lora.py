@@ -445,7 +445,7 @@ def test_the_rate_anneals_per_epoch_as_cosine_annealing_lr():
 
 import drop_in_cases as cases  # noqa: E402
 from lora_sum_cases import (check_dtype, check_loader_options_reach_every_loader,  # noqa: E402
-                            check_model_first_and_positional_warnings_as_avalanche, check_pretrained_round_trip,
+                            check_model_and_config_first_without_warnings, check_pretrained_round_trip,
                             check_resume_equals_uninterrupted, check_signature_agrees_with_config)
 
 FAST = dict(rank=2, train_epochs=3, train_mb_size=16, eval_mb_size=64, lr=0.05)
@@ -496,8 +496,8 @@ def test_save_pretrained_from_pretrained_predicts_identically(tmp_path):
     check_pretrained_round_trip(CLLoRA, CLLoRAViT, tmp_path)
 
 
-def test_the_model_comes_first_silently_later_positionals_warn_as_in_avalanche():
-    check_model_first_and_positional_warnings_as_avalanche(CLLoRA, CLLoRAViT)
+def test_the_model_and_the_config_come_first_silently():
+    check_model_and_config_first_without_warnings(CLLoRA, CLLoRAViT)
 
 
 def test_loader_options_reach_every_loader(monkeypatch):

@@ -21,10 +21,8 @@ def test_model_positional_without_avalanche_deprecation_warning():
     assert isinstance(strategy.model, ExpertViT) and strategy.model.rank == 8
 
 
-def test_a_positional_argument_after_the_model_warns_as_in_avalanche_and_is_not_taken_for_an_option():
-    # Avalanche's handling: the second positional argument is the first keyword-only one, config.
-    with pytest.warns(PositionalArgumentsDeprecatedWarning), \
-            pytest.raises(TypeError, match="config must be a CoLoRConfig, got int"):
+def test_a_positional_argument_after_the_model_is_the_config_and_not_taken_for_an_option():
+    with pytest.raises(TypeError, match="config must be a CoLoRConfig, got int"):
         CoLoR(tiny_vit(), 8)
 
 

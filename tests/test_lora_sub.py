@@ -18,7 +18,7 @@ from avalanche_color.peers.lora_sub.strategy import LoRASubtraction, augmented_t
 from drop_in_cases import tiny_vit
 import drop_in_cases
 from lora_sum_cases import (check_dtype, check_loader_options_reach_every_loader,
-                            check_model_first_and_positional_warnings_as_avalanche,
+                            check_model_and_config_first_without_warnings,
                             check_online_stream_with_task_boundaries, check_pretrained_round_trip,
                             check_resume_equals_uninterrupted, check_signature_agrees_with_config, drop_in_accuracy,
                             tiny)
@@ -493,8 +493,8 @@ def test_the_saved_state_holds_every_component_and_the_prototypes():
     assert not any("base_layer" in k for k in state)
 
 
-def test_the_model_comes_first_silently_later_positionals_warn_as_in_avalanche():
-    check_model_first_and_positional_warnings_as_avalanche(LoRASubtraction, LoRASubtractionViT)
+def test_the_model_and_the_config_come_first_silently():
+    check_model_and_config_first_without_warnings(LoRASubtraction, LoRASubtractionViT)
 
 
 def test_loader_options_reach_every_loader(monkeypatch):

@@ -11,7 +11,7 @@ from avalanche_color import InfLoRA, InfLoRAConfig, InfLoRAViT, SDLoRA, SDLoRACo
 from avalanche_color.lora import trained_dtype
 from avalanche_color.peers.lora_sum.model import LoRASumQKV, Mixing
 from lora_sum_cases import (check_bad_options_are_refused, check_dtype, check_loader_options_reach_every_loader,
-                            check_model_first_and_positional_warnings_as_avalanche,
+                            check_model_and_config_first_without_warnings,
                             check_online_stream_with_task_boundaries, check_pretrained_round_trip,
                             check_resume_equals_uninterrupted, check_signature_agrees_with_config,
                             check_the_runner_reports_what_the_first_experience_trains, drop_in_accuracy)
@@ -69,8 +69,8 @@ def test_online_stream_with_task_boundaries_trains_one_component_per_experience(
 
 
 @pytest.mark.parametrize("strategy, model_class", [(s, m) for s, _, m in METHODS.values()], ids=list(METHODS))
-def test_the_model_comes_first_silently_later_positionals_warn_as_in_avalanche(strategy, model_class):
-    check_model_first_and_positional_warnings_as_avalanche(strategy, model_class)
+def test_the_model_and_the_config_come_first_silently(strategy, model_class):
+    check_model_and_config_first_without_warnings(strategy, model_class)
 
 
 @STRATEGIES

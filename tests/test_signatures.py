@@ -1,8 +1,7 @@
 """Every option is declared once, as a field of its method's config or its baseline's options (default, check,
-doc); each strategy's ``__init__``, the baselines' too, shows them all (signature, Args, ``help()``), made from
-that declaration, and the config the strategy builds reaches each part of the method once."""
-
-from __future__ import annotations
+doc); each strategy writes its ``__init__`` in its own file, every option a keyword whose default is the config's
+(``rank: int = CoLoRConfig.rank``), so the source, ``help()`` and an editor agree; the config the strategy builds
+reaches each part of the method once."""
 
 import dataclasses
 import importlib
@@ -16,33 +15,29 @@ from pathlib import Path
 
 import pytest
 import torch
-from avalanche.training import Naive
-from avalanche.training.templates.base import PositionalArgumentsDeprecatedWarning
 
 import avalanche_color
-from avalanche_color import (L2P, NCM, CLLoRA, CoLoR, CoLoRConfig, ConfiguredStrategy, DataChecksPlugin, InfLoRA,
-                             JointLoRA, L2PModelOptions, LoRAOptions, LoRASubtraction, PromptOptions, PrototypeOptions,
-                             PrototypeRouterPlugin, RanPAC, SDLoRA, SPrompts, SPromptsConfig)
+from avalanche_color import (L2P, NCM, CLLoRA, CoLoR, CoLoRConfig, DataChecksPlugin, InfLoRA, JointLoRA,
+                             L2PModelOptions, LoRAOptions, LoRASubtraction, PromptOptions, PrototypeOptions,
+                             PrototypeRouterPlugin, RanPAC, SDLoRA, SPrompts, SPromptsConfig, StrategyBase)
 from avalanche_color.baselines import JointLoRAOptions
 from avalanche_color.config import (ExpertTrainingOptions, LoaderOptions, PrecisionOptions, RoutingOptions,
                                     TrainingOptions)
 from avalanche_color.runner.methods import package_strategies
 from avalanche_color.training.strategy import STRATEGY_KEYWORDS
-from avalanche_color.utils.checks import Options, option, option_group, positive_int
+from avalanche_color.utils.checks import Options, OptionDefault, option, option_group, positive_int
 from helpers import quiet_evaluator
 from streams import tiny_vit
 
-# Every strategy of the package on the one base, from the runner's registry (a registered method's is among
-# them): the same call, model then config then every option.
+# Every strategy of the package (a registered method's is among them) and the baselines.
+BASELINES = (RanPAC, NCM, JointLoRA)
 ALL_STRATEGIES = [(strategy, strategy.config_class) for strategy in package_strategies().values()
-                  if issubclass(strategy, ConfiguredStrategy)]
+                  if strategy not in BASELINES]
 MODEL_OPTIONS = {CoLoR: LoRAOptions, SPrompts: PromptOptions, L2P: L2PModelOptions}
+EVERY_STRATEGY = ALL_STRATEGIES + [(strategy, strategy.config_class) for strategy in BASELINES]
 AVALANCHE_KEYWORDS = list(STRATEGY_KEYWORDS)
-# The baselines: their own options, those of BaselineOptions, then Avalanche's keywords they take (no criterion).
-BASELINES = [(strategy, strategy.config_class) for strategy in (RanPAC, NCM, JointLoRA)]
+# The baselines take Avalanche's keywords but criterion.
 BASELINE_KEYWORDS = ["device", "plugins", "evaluator"]
-# Every strategy whose __init__ is made from its options.
-DERIVED = ALL_STRATEGIES + BASELINES
 # Options declared without a default, and a value to give them.
 REQUIRED = {JointLoRAOptions: {"num_classes": 3}}
 
@@ -70,49 +65,109 @@ def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def help_text(strategy: type) -> str:
-    """What ``help(strategy)`` prints, on one line (without the bars before a class's members)."""
-    return one_line(re.sub(r"(?m)^ *\| ?", "", pydoc.render_doc(strategy, renderer=pydoc.plaintext)))
-
-
 def documented(spec: dataclasses.Field) -> str:
-    """An option's entry in the Args or Attributes, on one line: its doc, and its default where it has one."""
+    """An option's entry in the Attributes, on one line: its doc, and its default where it has one."""
     default = "" if spec.default is dataclasses.MISSING else f" Default: ``{spec.default!r}``."
     return f"{spec.name}: {one_line(spec.metadata['doc'])}{default}"
 
 
 def keywords_of(strategy: type) -> list[str]:
     """The keywords of Avalanche that ``strategy``'s signature lists after its options."""
-    return AVALANCHE_KEYWORDS if issubclass(strategy, ConfiguredStrategy) else BASELINE_KEYWORDS
+    return BASELINE_KEYWORDS if strategy in BASELINES else AVALANCHE_KEYWORDS
 
 
-# ---------------------------------------------------------------------- one declaration, shown everywhere
+# ---------------------------------------------------------------------- the constructor a reader opens
 
 
-@pytest.mark.parametrize("strategy, config_class", DERIVED)
-def test_the_signature_lists_the_model_config_every_option_and_avalanches_keywords(strategy, config_class):
+@pytest.mark.parametrize("strategy, config_class", EVERY_STRATEGY)
+def test_each_strategy_writes_its_init_in_its_own_file(strategy, config_class):
+    init = vars(strategy).get("__init__")
+    assert init is not None and init is strategy.__init__, "the class itself defines the __init__ it runs"
+    assert not hasattr(init, "__wrapped__"), "no wrapper made at class creation"
+    assert inspect.getsourcefile(init) == inspect.getsourcefile(strategy)
+    source = inspect.getsource(init)
+    assert source.lstrip().startswith("def __init__(") and "locals()" not in source
+    assert f"{config_class.__name__}.{config_class.names()[0]}," in source
+
+
+@pytest.mark.parametrize("strategy, config_class", EVERY_STRATEGY)
+def test_the_signature_lists_the_model_config_every_option_with_its_default_and_avalanches_keywords(
+        strategy, config_class):
     parameters = inspect.signature(strategy).parameters
-    fields = {spec.name: spec for spec in dataclasses.fields(config_class)}
-    assert list(parameters) == ["model", "config", *config_class.names(), *keywords_of(strategy), "kwargs"]
-    assert sorted(config_class.names()) == sorted(fields)
-    assert parameters["model"].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
-    assert {p.kind for name, p in parameters.items() if name not in ("model", "kwargs")} == {
+    assert list(parameters) == ["model", "config", *config_class.names(), *keywords_of(strategy), "template_options"]
+    assert [parameters[name].kind for name in ("model", "config")] == [inspect.Parameter.POSITIONAL_OR_KEYWORD] * 2
+    assert {parameters[name].kind for name in [*config_class.names(), *keywords_of(strategy)]} == {
         inspect.Parameter.KEYWORD_ONLY}
-    assert parameters["kwargs"].kind is inspect.Parameter.VAR_KEYWORD
-    # Each option's type and default as the config declares them; the annotations agree with the signature.
-    field_hints = typing.get_type_hints(config_class)
-    assert {name: parameters[name].annotation for name in fields} == field_hints
-    # An option declared without a default is a keyword the call must give.
-    assert {name: parameters[name].default for name in fields} == {
-        name: inspect.Parameter.empty if spec.default is dataclasses.MISSING else spec.default
-        for name, spec in fields.items()}
-    assert parameters["config"].annotation == typing.Optional[config_class] and parameters["config"].default is None
+    assert parameters["template_options"].kind is inspect.Parameter.VAR_KEYWORD
+    # Each option's default is its config's own (the field's OptionDefault: the value, told from a value given).
+    fields = {spec.name: spec for spec in dataclasses.fields(config_class)}
+    for name, spec in fields.items():
+        default = parameters[name].default
+        assert isinstance(default, OptionDefault) and default is getattr(config_class, name), name
+        assert (default.name, default.value) == (name, spec.default), name
+    # Each option's type is its field's; the config parameter takes the config class.
     hints = typing.get_type_hints(strategy.__init__)
-    assert {name: hints[name] for name in parameters if name != "kwargs"} == {
-        name: p.annotation for name, p in parameters.items() if name != "kwargs"}
+    assert {name: hints[name] for name in fields} == typing.get_type_hints(config_class)
+    assert hints["config"] == typing.Optional[config_class] and parameters["config"].default is None
 
 
-@pytest.mark.parametrize("strategy, config_class", DERIVED)
+@pytest.mark.parametrize("strategy, config_class", EVERY_STRATEGY)
+def test_every_option_reaches_the_base_under_its_own_name(strategy, config_class, monkeypatch):
+    handed: dict = {}
+
+    class Handed(Exception):
+        pass
+
+    def record(self, **arguments):
+        handed.update(arguments)
+        raise Handed
+
+    monkeypatch.setattr(StrategyBase, "__init__", record)
+    with pytest.raises(Handed):
+        strategy(tiny_vit(0), peval_mode="epoch")
+    # Left out, every option reaches the base as its own default (none given, none crossed with another).
+    assert {name: value.name for name, value in handed["options"].items()} == {n: n for n in config_class.names()}
+    assert handed["template_options"] == {"peval_mode": "epoch"} and handed["config"] is None
+    handed.clear()
+    with pytest.raises(Handed):
+        strategy(tiny_vit(0), train_mb_size=3)
+    assert handed["options"]["train_mb_size"] == 3
+
+
+@pytest.mark.parametrize("strategy, config_class", EVERY_STRATEGY)
+def test_no_strategy_climbs_more_than_three_package_classes(strategy, config_class):
+    package = [cls for cls in strategy.__mro__ if cls.__module__.startswith("avalanche_color")]
+    assert len(package) <= 3 and package[-1] is StrategyBase, [cls.__name__ for cls in package]
+
+
+def test_no_class_of_the_package_writes_an_init_at_class_creation():
+    # StrategyBase's __init_subclass__ only keeps Avalanche's wrapper away, so no __init__ is replaced.
+    source = inspect.getsource(StrategyBase.__init_subclass__)
+    assert "__init__ =" not in source and "setattr" not in source
+    package = Path(avalanche_color.__file__).parent
+    assert [str(path) for path in package.rglob("*.py") if "__signature__" in path.read_text()] == []
+
+
+@pytest.mark.parametrize("strategy, config_class", EVERY_STRATEGY)
+def test_help_shows_every_option_with_its_type_and_default(strategy, config_class):
+    text = one_line(pydoc.render_doc(strategy, renderer=pydoc.plaintext))
+    for spec in config_class.option_fields():
+        shown = "<required>" if spec.default is dataclasses.MISSING else repr(spec.default)
+        assert f"{spec.name}: " in text and f"= {shown}" in text, spec.name
+    # The options' docs are the config's, which the constructor names.
+    assert config_class.__name__ in inspect.getdoc(strategy.__init__)
+
+
+def test_help_shows_colors_options_as_a_reader_writes_them():
+    text = pydoc.render_doc(CoLoR, renderer=pydoc.plaintext)
+    for shown in ("rank: int = 64", "k: int = 5", "alpha: Optional[float] = None",
+                  "routing_features: Literal['backbone', 'first_expert'] = 'backbone'",
+                  "router: Literal['prototypes', 'ridge', 'gaussian', 'oracle'] = 'prototypes'",
+                  "distance: Literal['euclidean', 'l1', 'cosine'] = 'euclidean'", "train_epochs: int = 50"):
+        assert shown in text
+
+
+@pytest.mark.parametrize("strategy, config_class", EVERY_STRATEGY)
 def test_the_options_come_in_the_order_of_their_declaration_the_methods_own_first(strategy, config_class):
     # The config's own fields first, in the order its class body writes them.
     own = list(inspect.get_annotations(config_class))
@@ -123,46 +178,16 @@ def test_colors_options_are_its_groups_in_the_order_its_config_combines_them():
     groups = [LoRAOptions, RoutingOptions, PrototypeOptions, ExpertTrainingOptions, TrainingOptions, PrecisionOptions,
               LoaderOptions]
     assert list(CoLoRConfig.names()) == [name for group in groups for name in inspect.get_annotations(group)]
-    assert CoLoRConfig.names()[:6] == ("rank", "alpha", "warm_start", "top_m", "top_m_rule", "routing_features")
-
-
-@pytest.mark.parametrize("strategy, config_class", DERIVED)
-def test_every_option_has_a_doc_and_help_shows_it_with_its_default(strategy, config_class):
-    text = help_text(strategy)
-    for spec in config_class.option_fields():
-        doc = spec.metadata["doc"]
-        assert doc and doc == doc.strip(), spec.name
-        assert documented(spec) in text, spec.name
-        if spec.default is dataclasses.MISSING:
-            assert f"{documented(spec)} Default:" not in text, spec.name
-    for name, doc in strategy.argument_docs().items():
-        assert f"{name}: {one_line(doc)}" in text
-    if issubclass(strategy, ConfiguredStrategy):
-        assert {name: strategy.argument_docs()[name] for name in AVALANCHE_KEYWORDS} == STRATEGY_KEYWORDS
-
-
-@pytest.mark.parametrize("strategy, config_class", DERIVED)
-def test_the_init_docstring_documents_every_argument_in_order(strategy, config_class):
-    args = re.findall(r"^ {4}(?:\*\*)?(\w+):", inspect.getdoc(strategy.__init__), flags=re.MULTILINE)
-    assert args == list(inspect.signature(strategy).parameters)
-    if issubclass(strategy, ConfiguredStrategy):
-        assert f"its own settings ({', '.join(strategy.model_settings())})" in one_line(strategy.__init__.__doc__)
+    assert CoLoRConfig.names()[:3] == ("rank", "alpha", "warm_start")
 
 
 def test_a_baselines_option_without_a_default_is_required_by_name():
-    assert inspect.signature(JointLoRA).parameters["num_classes"].default is inspect.Parameter.empty
+    assert repr(inspect.signature(JointLoRA).parameters["num_classes"].default) == "<required>"
     for build in (lambda: JointLoRA(tiny_vit(0)), lambda: JointLoRAOptions(rank=2)):
         with pytest.raises(TypeError, match="missing 1 required keyword-only argument: 'num_classes'"):
             build()
-
-
-def test_help_shows_every_option_with_its_type_and_default():
-    text = pydoc.render_doc(CoLoR, renderer=pydoc.plaintext)
-    for shown in ("rank: int = 64", "k: int = 5", "alpha: Optional[float] = None",
-                  "routing_features: Literal['backbone', 'first_expert'] = 'backbone'",
-                  "router: Literal['prototypes', 'ridge', 'gaussian', 'oracle'] = 'prototypes'",
-                  "distance: Literal['euclidean', 'l1', 'cosine'] = 'euclidean'", "train_epochs: int = 50"):
-        assert shown in text
+    # Given in the config, it need not be given again.
+    assert JointLoRA(tiny_vit(0), JointLoRAOptions(num_classes=3), evaluator=quiet_evaluator()).config.num_classes == 3
 
 
 @pytest.mark.parametrize("group", option_groups(), ids=lambda group: group.__name__)
@@ -234,7 +259,7 @@ def test_a_config_and_the_same_options_as_keywords_build_the_same_strategy(strat
                     evaluator=quiet_evaluator()).config.train_epochs == default
 
 
-@pytest.mark.parametrize("strategy, config_class", DERIVED)
+@pytest.mark.parametrize("strategy, config_class", EVERY_STRATEGY)
 def test_an_unknown_keyword_is_refused_naming_the_options(strategy, config_class):
     with pytest.raises(TypeError, match=rf"{strategy.__name__} got unexpected keyword arguments \['colour'\]; its "
                                         rf"options are {re.escape(', '.join(config_class.names()))} "
@@ -260,7 +285,7 @@ OWN_SETTING = {CoLoR: ("router_width", 64), SPrompts: ("router_width", 64), L2P:
 @pytest.mark.parametrize("strategy, config_class", ALL_STRATEGIES)
 def test_every_strategy_is_built_alike_by_the_one_base(strategy, config_class):
     made = strategy(tiny_vit(0), evaluator=quiet_evaluator(), train_epochs=2, check_data=False)
-    assert isinstance(made, ConfiguredStrategy) and made.model_settings()
+    assert isinstance(made, StrategyBase) and made.model_settings()
     # The data checks come first among the plugins, with the method's own scan setting.
     assert type(made.plugins[0]) is DataChecksPlugin and not made.plugins[0].scan_experiences
     # A ready model brings its own settings; the budget is the strategy's.
@@ -327,40 +352,26 @@ def test_a_continued_model_keeps_its_options_and_they_fill_the_config():
 # ---------------------------------------------------------------------- positional arguments
 
 
-def test_the_model_alone_may_be_positional_without_a_warning():
-    vit, evaluators = tiny_vit(), [quiet_evaluator(), quiet_evaluator()]  # Avalanche warns: no loggers
+def test_the_model_and_the_config_may_be_positional_without_a_warning():
+    vit = tiny_vit()
+    evaluators = [quiet_evaluator() for _ in range(3)]  # Avalanche warns: no loggers
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         strategy = CoLoR(vit, rank=8, k=20, evaluator=evaluators[0])
         by_keyword = CoLoR(model=vit, rank=8, evaluator=evaluators[1])
-    assert (strategy.model.rank, strategy.config.k, by_keyword.model.rank) == (8, 20, 8)
+        by_config = CoLoR(vit, CoLoRConfig(rank=2), evaluator=evaluators[2])
+    assert (strategy.model.rank, strategy.config.k, by_keyword.model.rank, by_config.model.rank) == (8, 20, 8, 2)
+    # Every other argument is a keyword.
+    with pytest.raises(TypeError, match="positional argument"):
+        CoLoR(vit, None, 8)
 
 
-@pytest.mark.parametrize("strategy, config_class", ALL_STRATEGIES)
-def test_a_positional_argument_after_the_model_warns_as_in_avalanches_naive(strategy, config_class):
-    vit = tiny_vit()
-    with pytest.warns(PositionalArgumentsDeprecatedWarning) as naive:
-        Naive(vit, torch.optim.SGD(vit.parameters(), lr=0.1), evaluator=quiet_evaluator())
-    with pytest.warns(PositionalArgumentsDeprecatedWarning) as ours:
-        made = strategy(vit, config_class(train_epochs=3), evaluator=quiet_evaluator())
-    assert made.config.train_epochs == 3  # the second positional argument is the first keyword: config
-    [naive_message], [our_message] = ([str(w.message) for w in record
-                                       if w.category is PositionalArgumentsDeprecatedWarning]
-                                      for record in (naive, ours))
-    assert our_message == naive_message.replace("Naive", strategy.__name__)
-
-
-@pytest.mark.parametrize("strategy, config_class", BASELINES)
-def test_a_baseline_takes_its_model_first_and_a_second_positional_argument_as_its_config(strategy, config_class):
-    vit, required = tiny_vit(), REQUIRED.get(config_class, {})
-    evaluator = quiet_evaluator()  # Avalanche warns: no loggers
+@pytest.mark.parametrize("strategy, config_class", EVERY_STRATEGY)
+def test_every_strategy_takes_its_model_and_config_by_position(strategy, config_class):
+    required, evaluator = REQUIRED.get(config_class, {}), quiet_evaluator()  # Avalanche warns: no loggers
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert strategy(vit, train_mb_size=8, evaluator=evaluator, **required).config.train_mb_size == 8
-    # Avalanche's positional arguments follow the signature, where an option without a default is a keyword
-    # the call gives (JointLoRA's num_classes), beside the config too.
-    with pytest.warns(PositionalArgumentsDeprecatedWarning):
-        made = strategy(vit, config_class(train_mb_size=4, **required), evaluator=quiet_evaluator(), **required)
+        made = strategy(tiny_vit(), config_class(train_mb_size=4, **required), evaluator=evaluator)
     assert made.config == config_class(train_mb_size=4, **required)
 
 
@@ -373,17 +384,16 @@ def test_a_users_subclass_takes_its_model_first_too():
             super().__init__(model, **options)
             self.scale = scale
 
-    vit, evaluators = tiny_vit(), [quiet_evaluator(), quiet_evaluator()]
+    vit, evaluators = tiny_vit(), [quiet_evaluator(), quiet_evaluator(), quiet_evaluator()]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         plain, own = Plain(vit, rank=4, evaluator=evaluators[0]), WithOwnOption(vit, scale=2.0, rank=4,
                                                                                  evaluator=evaluators[1])
+        assert Plain(vit, CoLoRConfig(rank=2), evaluator=evaluators[2]).model.rank == 2
     assert (plain.model.rank, own.model.rank, own.scale) == (4, 4, 2.0)
     # A subclass shows the options it inherits, or the signature it writes itself.
     assert inspect.signature(Plain) == inspect.signature(CoLoR)
     assert list(inspect.signature(WithOwnOption).parameters) == ["model", "scale", "options"]
-    with pytest.warns(PositionalArgumentsDeprecatedWarning):
-        assert Plain(vit, CoLoRConfig(rank=2), evaluator=quiet_evaluator()).model.rank == 2
 
 
 # ---------------------------------------------------------------------- routing_features and router

@@ -1,27 +1,23 @@
 """Joint-LoRA: one CoLoR expert trained on the whole stream at once, as CoLoR trains an expert (the
 upper bound of a LoRA expert that sees every class together)."""
 
-from __future__ import annotations
-
 import copy
 from collections.abc import Sequence
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
 import torch
 from avalanche.core import BasePlugin
 from avalanche.training import JointTraining
-from avalanche.training.plugins import EvaluationPlugin
 from avalanche.training.plugins.evaluation import default_evaluator
 from torch import Tensor, nn
 
-from avalanche_color.baselines.options import JointLoRAOptions, plugin_list
+from avalanche_color.baselines.options import JointLoRAOptions
 from avalanche_color.color.model import ExpertViT
+from avalanche_color.config import Precision
 from avalanche_color.experts.routed_vit import check_vision_transformer
 from avalanche_color.training.data_checks import check_training_experience
 from avalanche_color.training.loaders import loader_options
-from avalanche_color.training.strategy import (STRATEGY_KEYWORDS, StrategyBase, refuse_unknown_keywords,
-                                               split_keywords)
-from avalanche_color.utils.checks import require
+from avalanche_color.training.strategy import Evaluator, StrategyBase
 from avalanche_color.utils.experiences import experience_classes
 
 
@@ -62,35 +58,68 @@ class JointLoRA(StrategyBase, JointTraining):
     config_class = JointLoRAOptions
     config: JointLoRAOptions
     model: SingleLoRAExpert
+    avalanche_template = JointTraining
+    optimizer_description = "SGD over the expert, cosine-annealed over all steps"
+    optimizer_options = ("lr", "momentum", "weight_decay")
 
-    @classmethod
-    def argument_docs(cls) -> dict[str, str]:
-        return {
-            "model": "a timm ``VisionTransformer``; a copy is adapted (the model given is not changed).",
-            "device": STRATEGY_KEYWORDS["device"],
-            "plugins": "Avalanche plugins, run after the data checks (the list is copied, never changed).",
-            "evaluator": STRATEGY_KEYWORDS["evaluator"],
-            "**kwargs": "other keywords of Avalanche's ``JointTraining`` (``eval_every``, ...).",
-        }
+    def __init__(
+        self,
+        model: nn.Module,
+        config: Optional[JointLoRAOptions] = None,
+        *,
+        num_classes: int = JointLoRAOptions.num_classes,
+        rank: int = JointLoRAOptions.rank,
+        lr: float = JointLoRAOptions.lr,
+        momentum: float = JointLoRAOptions.momentum,
+        weight_decay: float = JointLoRAOptions.weight_decay,
+        train_epochs: int = JointLoRAOptions.train_epochs,
+        # BaselineOptions
+        check_data: bool = JointLoRAOptions.check_data,
+        train_mb_size: int = JointLoRAOptions.train_mb_size,
+        eval_mb_size: int = JointLoRAOptions.eval_mb_size,
+        # PrecisionOptions
+        precision: Precision = JointLoRAOptions.precision,
+        # Avalanche's (StrategyBase)
+        device: Union[str, torch.device] = "cpu",
+        plugins: Optional[Sequence[BasePlugin]] = None,
+        evaluator: Evaluator = default_evaluator,
+        **template_options: Any,
+    ) -> None:
+        """Joint-LoRA on ``model``, with the options of ``config`` and those given here (the others: their
+        defaults).
 
-    def __init__(self, model: nn.Module, *, config: Optional[JointLoRAOptions] = None,
-                 device: Union[str, torch.device] = "cpu", plugins: Optional[Sequence[BasePlugin]] = None,
-                 evaluator: Union[EvaluationPlugin, Callable[[], EvaluationPlugin]] = default_evaluator,
-                 **options: Any) -> None:
-        options, template_options = split_keywords(JointLoRAOptions, options)
-        config = JointLoRAOptions.build(config, **options)
-        refuse_unknown_keywords(type(self), JointLoRAOptions, template_options, JointTraining)
-        require("plugins", plugins, plugin_list)
+        Each option (``num_classes`` to ``precision``) is a field of
+        :class:`~avalanche_color.baselines.options.JointLoRAOptions`, documented there; its default is the config's.
+        ``device``, ``plugins``, ``evaluator`` and Avalanche's other keywords: as
+        :class:`~avalanche_color.training.strategy.StrategyBase` says.
+
+        Args:
+            model: a timm ``VisionTransformer``; a copy is adapted (the model given is not changed).
+            config: all options as one :class:`~avalanche_color.baselines.options.JointLoRAOptions`; an option given
+                here replaces its field.
+        """
+        options = dict(
+            num_classes=num_classes, rank=rank, lr=lr, momentum=momentum, weight_decay=weight_decay,
+            train_epochs=train_epochs, check_data=check_data, train_mb_size=train_mb_size,
+            eval_mb_size=eval_mb_size, precision=precision)
+        super().__init__(model=model, config=config, options=options, device=device, plugins=plugins,
+                         evaluator=evaluator, template_options=template_options)
+
+    def make_model(self, model: nn.Module) -> SingleLoRAExpert:
         check_vision_transformer(model)
-        expert = SingleLoRAExpert(copy.deepcopy(model), config.rank, range(config.num_classes))
-        optimizer = torch.optim.SGD([p for p in expert.parameters() if p.requires_grad], lr=config.lr,
+        return SingleLoRAExpert(copy.deepcopy(model), self.config.rank, range(self.config.num_classes))
+
+    def template_settings(self, model: nn.Module) -> dict[str, Any]:
+        config = self.config
+        optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=config.lr,
                                     momentum=config.momentum, weight_decay=config.weight_decay)
-        self.config = config
-        # The data scan is done here, over every experience (the plugin would see the first alone).
-        super().__init__(model=expert, optimizer=optimizer, criterion=nn.CrossEntropyLoss(),
-                         train_mb_size=config.train_mb_size, train_epochs=config.train_epochs,
-                         eval_mb_size=config.eval_mb_size, device=device, plugins=plugins, scan_experiences=False,
-                         precision=config.precision, evaluator=evaluator, **template_options)
+        return dict(optimizer=optimizer, train_mb_size=config.train_mb_size, train_epochs=config.train_epochs,
+                    eval_mb_size=config.eval_mb_size)
+
+    def scans_experiences(self) -> bool:
+        # The data scan is done in train_dataset_adaptation, over every experience (the plugin would see the first
+        # alone).
+        return False
 
     def train_dataset_adaptation(self, **kwargs: Any) -> None:
         for experience in self._experiences:  # the head is fixed: labels it cannot hold fail mid-training
@@ -109,6 +138,11 @@ class JointLoRA(StrategyBase, JointTraining):
         # The model is complete before training: JointTraining adapts every dynamic module to every
         # experience, which would give the ExpertViT one more expert per experience.
         return (self.model if model is None else model).to(self.device)
+
+    def check_model_and_optimizer(self, **kwargs: Any) -> None:
+        # Avalanche's: the model adapts (to nothing, see model_adaptation), then the optimiser's schedule restarts.
+        self.model = self.model_adaptation()
+        self.make_optimizer(**kwargs)
 
     def make_optimizer(self, **kwargs: Any) -> None:
         self.restart_cosine()

@@ -2,18 +2,20 @@
 Generalizability and Adaptivity are All You Need", IJCV 2024) on a frozen timm ViT: each class is the
 mean of its samples' L2-normalised pooled features, a sample goes to the nearest mean. Nothing trains."""
 
-from __future__ import annotations
+from collections.abc import Sequence
+from typing import Any, Optional, Union
 
-from typing import Any
-
+import torch
 from avalanche.core import BasePlugin, SupervisedPlugin
 from avalanche.models import NCMClassifier
+from avalanche.training.plugins.evaluation import default_evaluator
 from avalanche.training.templates import SupervisedTemplate
 from torch import Tensor, nn
 
 from avalanche_color.baselines.options import BaselineOptions
 from avalanche_color.baselines.training_free import (TrainingFreeTemplate, experience_features, frozen_copy,
                                                      pooled_features)
+from avalanche_color.training.strategy import Evaluator
 
 
 class SeenClassesNCM(NCMClassifier):
@@ -48,7 +50,7 @@ class NCMModel(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         return self.classifier(self.features(x))
 
-    def train(self, mode: bool = True) -> NCMModel:
+    def train(self, mode: bool = True) -> "NCMModel":
         super().train(mode)
         self.backbone.eval()
         return self
@@ -95,8 +97,40 @@ class NCM(TrainingFreeTemplate):
     config_class = BaselineOptions
     model: NCMModel
 
-    def build_model(self, vit: nn.Module) -> NCMModel:
-        return NCMModel(vit)
+    def __init__(
+        self,
+        model: nn.Module,
+        config: Optional[BaselineOptions] = None,
+        *,
+        check_data: bool = BaselineOptions.check_data,
+        train_mb_size: int = BaselineOptions.train_mb_size,
+        eval_mb_size: int = BaselineOptions.eval_mb_size,
+        # Avalanche's (StrategyBase)
+        device: Union[str, torch.device] = "cpu",
+        plugins: Optional[Sequence[BasePlugin]] = None,
+        evaluator: Evaluator = default_evaluator,
+        **template_options: Any,
+    ) -> None:
+        """NCM on ``model``, with the options of ``config`` and those given here; the others keep their defaults.
+
+        Each option (``check_data`` to ``eval_mb_size``) is a field of
+        :class:`~avalanche_color.baselines.options.BaselineOptions`, documented there; its default is the config's.
+        ``device``, ``plugins``, ``evaluator`` and Avalanche's other keywords: as
+        :class:`~avalanche_color.training.strategy.StrategyBase` says.
+
+        Args:
+            model: a timm ``VisionTransformer``; a frozen copy is used (the model given is not changed), its pooled
+                features before any classifier head.
+            config: all options as one :class:`~avalanche_color.baselines.options.BaselineOptions`; an option given
+                here replaces its field.
+        """
+        options = dict(
+            check_data=check_data, train_mb_size=train_mb_size, eval_mb_size=eval_mb_size)
+        super().__init__(model=model, config=config, options=options, device=device, plugins=plugins,
+                         evaluator=evaluator, template_options=template_options)
+
+    def make_model(self, model: nn.Module) -> NCMModel:
+        return NCMModel(frozen_copy(model))
 
     def own_plugins(self) -> list[BasePlugin]:
         return [ClassMeanUpdate()]

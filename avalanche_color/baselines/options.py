@@ -3,16 +3,14 @@ configs (:mod:`avalanche_color.config`): :class:`BaselineOptions`, what every ba
 of each baseline that has options of its own (:class:`RanPACOptions`, :class:`JointLoRAOptions`; NCM has
 none).
 
-Each baseline's ``__init__`` shows its group's options, with their types, defaults and docs, made from these
-declarations (:func:`~avalanche_color.training.strategy.documented_init`), and builds its config from the
-keywords that name its options; a bad value is refused naming the option, the value and what is allowed.
+Each baseline's ``__init__`` lists its group's options as keywords, with their types and these defaults
+(``width: int = RanPACOptions.width``), and builds its config from those given; a bad value is refused naming
+the option, the value and what is allowed.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from typing import Optional
 
 from avalanche_color.config import PrecisionOptions
 from avalanche_color.utils.checks import (Options, boolean, integer, non_negative, option, option_group, positive,
@@ -61,9 +59,3 @@ class JointLoRAOptions(BaselineOptions, PrecisionOptions):
     momentum: float = option(0.9, non_negative, doc="SGD's momentum.")
     weight_decay: float = option(2e-4, non_negative, doc="SGD's weight decay.")
     train_epochs: int = option(50, positive_int, doc="epochs over the whole stream.")
-
-
-def plugin_list(value: object) -> Optional[str]:
-    """The check of a baseline's ``plugins``: a lone plugin given without a list would otherwise fail later,
-    far from the call."""
-    return None if value is None or isinstance(value, Sequence) else "must be a sequence of Avalanche plugins or None"

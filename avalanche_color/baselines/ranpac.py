@@ -10,19 +10,21 @@ matrix after each experience, λ chosen on a held-out 20% of that experience
 adaptation of the backbone is left out: like NCM, nothing trains.
 """
 
-from __future__ import annotations
-
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Optional, Union
 
 import torch
 from avalanche.core import BasePlugin, SupervisedPlugin
 from avalanche.models import DynamicModule
+from avalanche.training.plugins.evaluation import default_evaluator
 from avalanche.training.templates import SupervisedTemplate
 from torch import Tensor, nn
 
 from avalanche_color.baselines.options import RanPACOptions
-from avalanche_color.baselines.training_free import TrainingFreeTemplate, experience_features, pooled_features
+from avalanche_color.baselines.training_free import (TrainingFreeTemplate, experience_features, frozen_copy,
+                                                     pooled_features)
 from avalanche_color.routing.classifiers import RandomFeatureRidge
+from avalanche_color.training.strategy import Evaluator
 from avalanche_color.utils.experiences import experience_classes
 
 
@@ -62,7 +64,7 @@ class RanPACModel(DynamicModule):
         if classes:
             self.num_classes = max(self.num_classes, max(classes) + 1)
 
-    def train(self, mode: bool = True) -> RanPACModel:
+    def train(self, mode: bool = True) -> "RanPACModel":
         super().train(mode)
         self.backbone.eval()
         return self
@@ -94,8 +96,43 @@ class RanPAC(TrainingFreeTemplate):
     config: RanPACOptions
     model: RanPACModel
 
-    def build_model(self, vit: nn.Module) -> RanPACModel:
-        return RanPACModel(vit, self.config.width, self.config.seed)
+    def __init__(
+        self,
+        model: nn.Module,
+        config: Optional[RanPACOptions] = None,
+        *,
+        width: int = RanPACOptions.width,
+        seed: int = RanPACOptions.seed,
+        # BaselineOptions
+        check_data: bool = RanPACOptions.check_data,
+        train_mb_size: int = RanPACOptions.train_mb_size,
+        eval_mb_size: int = RanPACOptions.eval_mb_size,
+        # Avalanche's (StrategyBase)
+        device: Union[str, torch.device] = "cpu",
+        plugins: Optional[Sequence[BasePlugin]] = None,
+        evaluator: Evaluator = default_evaluator,
+        **template_options: Any,
+    ) -> None:
+        """RanPAC on ``model``, with the options of ``config`` and those given here; the others keep their defaults.
+
+        Each option (``width`` to ``eval_mb_size``) is a field of
+        :class:`~avalanche_color.baselines.options.RanPACOptions`, documented there; its default is the config's.
+        ``device``, ``plugins``, ``evaluator`` and Avalanche's other keywords: as
+        :class:`~avalanche_color.training.strategy.StrategyBase` says.
+
+        Args:
+            model: a timm ``VisionTransformer``; a frozen copy is used (the model given is not changed), its pooled
+                features before any classifier head.
+            config: all options as one :class:`~avalanche_color.baselines.options.RanPACOptions`; an option given
+                here replaces its field.
+        """
+        options = dict(
+            width=width, seed=seed, check_data=check_data, train_mb_size=train_mb_size, eval_mb_size=eval_mb_size)
+        super().__init__(model=model, config=config, options=options, device=device, plugins=plugins,
+                         evaluator=evaluator, template_options=template_options)
+
+    def make_model(self, model: nn.Module) -> RanPACModel:
+        return RanPACModel(frozen_copy(model), self.config.width, self.config.seed)
 
     def own_plugins(self) -> list[BasePlugin]:
         return [RidgeUpdate()]

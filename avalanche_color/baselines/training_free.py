@@ -5,22 +5,18 @@ fit with (the frozen ViT's pooled features of an experience's training data, bat
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Callable, ClassVar, Optional, Union
+from collections.abc import Iterator, Mapping
+from typing import Any, Callable, ClassVar
 
 import torch
 from avalanche.core import BasePlugin
-from avalanche.training.plugins import EvaluationPlugin
-from avalanche.training.plugins.evaluation import default_evaluator
 from avalanche.training.templates import SupervisedTemplate
 from torch import Tensor, nn
 
-from avalanche_color.baselines.options import BaselineOptions, plugin_list
+from avalanche_color.baselines.options import BaselineOptions
 from avalanche_color.experts.routed_vit import check_vision_transformer
 from avalanche_color.training.loaders import data_loader, loader_options
-from avalanche_color.training.strategy import (STRATEGY_KEYWORDS, StrategyBase, refuse_unknown_keywords,
-                                               split_keywords)
-from avalanche_color.utils.checks import require
+from avalanche_color.training.strategy import StrategyBase
 
 
 def frozen_copy(model: nn.Module) -> nn.Module:
@@ -32,55 +28,38 @@ def frozen_copy(model: nn.Module) -> nn.Module:
 class TrainingFreeTemplate(StrategyBase):
     """A ``SupervisedTemplate`` whose epochs do nothing: no forward and no gradient step in training.
 
-    A baseline on it (NCM, RanPAC) writes no ``__init__``: it names its options (:attr:`config_class`, a
+    A baseline on it (NCM, RanPAC) writes its ``__init__`` with its options (:attr:`config_class`, a
     :class:`~avalanche_color.baselines.options.BaselineOptions`), builds its model around the frozen copy of
-    the ViT (:meth:`build_model`) and gives the plugin that fits the model's classifier after each experience
-    (:meth:`own_plugins`). The plugins run in this order: a :class:`~avalanche_color.DataChecksPlugin` (bad
-    data is refused before anything changes), the fit, then the caller's ``plugins`` (the list is copied,
-    never changed). The optimiser, which Avalanche's template requires, is an SGD with learning rate 0 that
-    never steps; the criterion (cross-entropy) only gives Avalanche's loss metrics a value at evaluation.
+    the ViT (:meth:`make_model`, with :func:`frozen_copy`) and gives the plugin that fits the model's classifier
+    after each experience (:meth:`own_plugins`). The plugins run in this order: a
+    :class:`~avalanche_color.DataChecksPlugin` (bad data is refused before anything changes), the fit, then the
+    caller's ``plugins`` (the list is copied, never changed). The optimiser, which Avalanche's template requires,
+    is an SGD with learning rate 0 that never steps; the criterion (cross-entropy) only gives Avalanche's loss
+    metrics a value at evaluation.
     """
 
     config_class: ClassVar[type[BaselineOptions]]
     config: BaselineOptions
+    optimizer_description = "none: nothing trains"
+    optimizer_options = ()
 
-    @classmethod
-    def argument_docs(cls) -> dict[str, str]:
-        return {
-            "model": "a timm ``VisionTransformer``; a frozen copy is used (the model given is not changed), its "
-                     "pooled features before any classifier head.",
-            "device": "where the features are computed and the model evaluates.",
-            "plugins": "Avalanche plugins, run after the data checks and the classifier's fit (the list is copied, "
-                       "never changed).",
-            "evaluator": STRATEGY_KEYWORDS["evaluator"],
-            "**kwargs": "other keywords of Avalanche's ``SupervisedTemplate`` (``train_epochs``, which change "
-                        "nothing here, ``eval_every``, ...).",
-        }
-
-    def __init__(self, model: nn.Module, *, config: Optional[BaselineOptions] = None,
-                 device: Union[str, torch.device] = "cpu", plugins: Optional[Sequence[BasePlugin]] = None,
-                 evaluator: Union[EvaluationPlugin, Callable[[], EvaluationPlugin]] = default_evaluator,
-                 **options: Any) -> None:
-        options, template_options = split_keywords(self.config_class, options)
-        config = self.config_class.build(config, **options)
-        refuse_unknown_keywords(type(self), self.config_class, template_options)
-        require("plugins", plugins, plugin_list)
-        self.config = config
-        built = self.build_model(frozen_copy(model))
-        super().__init__(model=built, optimizer=torch.optim.SGD(built.parameters(), lr=0.0),
-                         criterion=nn.CrossEntropyLoss(), train_mb_size=config.train_mb_size,
-                         eval_mb_size=config.eval_mb_size, device=device, plugins=plugins,
-                         scan_experiences=config.check_data, own_plugins=self.own_plugins(), evaluator=evaluator,
-                         **template_options)
-
-    def build_model(self, vit: nn.Module) -> nn.Module:
-        """The baseline's model around ``vit``, a frozen copy of the ViT given, with the options of :attr:`config`."""
+    def make_model(self, model: nn.Module) -> nn.Module:
+        """The baseline's model around :func:`frozen_copy` of ``model``, with the options of :attr:`config`."""
         raise NotImplementedError
+
+    def template_settings(self, model: nn.Module) -> dict[str, Any]:
+        return dict(optimizer=torch.optim.SGD(model.parameters(), lr=0.0), train_mb_size=self.config.train_mb_size,
+                    eval_mb_size=self.config.eval_mb_size)
 
     def own_plugins(self) -> list[BasePlugin]:
         """The plugin that fits the model's classifier after each experience (after the data checks, before the
         user's plugins)."""
         raise NotImplementedError
+
+    def check_model_and_optimizer(self, **kwargs: Any) -> None:
+        # Nothing trains: the model adapts to the experience (its classifier covers the classes), and the
+        # optimiser, which never steps, is not made again.
+        self.model = self.model_adaptation()
 
     def training_epoch(self, **kwargs: Any) -> None:
         pass

@@ -1,46 +1,39 @@
 """The strategy base of the package, from ``__init__`` to ``training_epoch``, and the parts it holds.
 
 * :class:`StrategyBase`: what every strategy of the package is, the baselines included: an Avalanche
-  ``SupervisedTemplate`` (or ``JointTraining``) with the model given first as ``Strategy(vit, **options)``,
-  the Avalanche plugins that cannot act on it refused with the reason, the data checks first among the
-  plugins and the check that each experience learned something next, the loader options in every loader, the training and evaluation loops under the chosen
-  numeric precision (:class:`MixedPrecision`, held as ``self.precision``), the learning-rate schedule of
-  the experience (``self.lr_scheduler``, made by the ``restart_*`` methods) stepped after every optimiser
-  step, and an unpadded evaluation shard per rank under torchrun. A strategy that names its options
-  (``config_class``: a method's config, a baseline's options) gets an ``__init__`` that shows them, the
-  signature and Args its declarations make (:func:`documented_init`).
-* :class:`ConfiguredStrategy`: every method (CoLoR, S-Prompts, L2P, SD-LoRA, InfLoRA, LoRA-Sub, CL-LoRA)
-  is one, and writes no ``__init__``: the base's takes the model, ``config`` and the method's options as
-  keywords and builds the config from those given (``config_class.build(config, **options)``), after
-  :meth:`ConfiguredStrategy.checked_options` (plugins that cannot act on the method refused, ``optimizer=``
-  refused, unknown keywords refused by name, a ready model's own settings taken). The base then
-  builds the model from a copy of the ViT (or keeps the ready model) and runs the per-experience loop: the
-  model adapts, then the method prepares what is new, then a fresh optimiser over what trains now; under
-  torchrun the training steps run through DDP over it. A method says what is its own: its config, model
-  and refused plugins (class attributes), :meth:`~ConfiguredStrategy.make_optimizer`, and where it needs
-  them :meth:`~ConfiguredStrategy.prepare_experience`, :meth:`~ConfiguredStrategy.own_plugins`, ``forward``
-  and ``criterion``.
+  ``SupervisedTemplate`` (or ``JointTraining``) built from one config. Each strategy writes its own ``__init__``
+  in its own file, every option a keyword with its type and the config's default (``rank: int =
+  CoLoRConfig.rank``, shown as ``rank: int = 64``), and hands them to this base's ``__init__``, which checks the
+  keywords (plugins that cannot act on the strategy refused with the reason, ``optimizer=`` refused, unknown
+  keywords refused by name, a ready model's own settings taken), builds the config from those given
+  (``config_class.build(config, **options)``) and the model (:meth:`~StrategyBase.make_model`), and passes
+  Avalanche's keywords on to its template. It then holds what every strategy shares: the data checks first
+  among the plugins and the check that each experience learned something next, the loader options in every
+  loader, the training and evaluation loops under the chosen numeric precision (:class:`MixedPrecision`, held
+  as ``self.precision``), the learning-rate schedule of the experience (``self.lr_scheduler``, made by the
+  ``restart_*`` methods) stepped after every optimiser step, an unpadded evaluation shard per rank under
+  torchrun, and the per-experience loop of a method: the model adapts, then the method prepares what is new,
+  then a fresh optimiser over what trains now; under torchrun the training steps run through DDP over it. A
+  method says what is its own: its config, model and refused plugins (class attributes),
+  :meth:`~StrategyBase.make_optimizer`, and where it needs them :meth:`~StrategyBase.prepare_experience`,
+  :meth:`~StrategyBase.own_plugins`, ``forward`` and ``criterion``. A baseline says what it builds instead
+  (:meth:`~StrategyBase.make_model`, :meth:`~StrategyBase.template_settings`, its own loop).
 * :class:`RoutedExpertsTemplate`: the training CoLoR and S-Prompts share over it (one expert per
   experience, SGD and a cosine schedule, the prototype router).
 
-In the file's order: the model-first ``__init__`` (:func:`model_first`) that each class statement applies,
-:class:`StrategyBase`, :class:`ConfiguredStrategy`, the plugins a strategy refuses and why
+In the file's order: :class:`StrategyBase`, the plugins a strategy refuses and why
 (:func:`incompatible_plugin_reasons`), :class:`RoutedExpertsTemplate`, then the parts the classes hold or
-call: the numeric precision (:class:`MixedPrecision`), each strategy's ``__init__`` made from its options
-(:func:`documented_init`) and the checks of a strategy's keywords before its config is built.
+call: the numeric precision (:class:`MixedPrecision`) and the checks of a strategy's keywords before its
+config is built.
 """
 
-from __future__ import annotations
-
 import copy
-import dataclasses
-import functools
 import inspect
 import math
-import typing
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from types import MappingProxyType
 from typing import Any, Callable, ClassVar, Optional, Union
 
 import torch
@@ -50,13 +43,13 @@ from avalanche.training import plugins as avalanche_plugins
 from avalanche.training.plugins import EvaluationPlugin
 from avalanche.training.plugins.evaluation import default_evaluator
 from avalanche.training.templates import SupervisedTemplate
-from avalanche.training.templates.base import _merge_legacy_positional_arguments
+from avalanche.training.templates.base import BaseTemplate
 from torch import Tensor, nn
 from torch.optim import SGD
 from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, LRScheduler
 
-from avalanche_color.config import (PRECISIONS, LoaderOptions, Options, PrototypeOptions, RoutedExpertsConfig,
-                                    TrainingOptions)
+from avalanche_color.config import (PRECISIONS, LoaderOptions, Options, PrecisionOptions, PrototypeOptions,
+                                    RoutedExpertsConfig, TrainingOptions)
 from avalanche_color.experts.routed_vit import RoutedExpertViT
 from avalanche_color.training.data_checks import DataChecksPlugin
 from avalanche_color.training.distributed import (eval_loader, eval_row_counts, gather_eval_batch, is_distributed,
@@ -64,111 +57,171 @@ from avalanche_color.training.distributed import (eval_loader, eval_row_counts, 
 from avalanche_color.training.learning_check import LearningCheckPlugin
 from avalanche_color.training.loaders import loader_options
 from avalanche_color.training.router_fitting import PrototypeRouterPlugin
-from avalanche_color.utils.checks import docstring_item, one_of, require, usable_device
+from avalanche_color.utils.checks import OptionDefault, one_of, require, usable_device
 from avalanche_color.utils.experiences import continues_experience, origin_experience
 
+# The evaluator a strategy takes: Avalanche's EvaluationPlugin, or a factory of one.
+Evaluator = Union[EvaluationPlugin, Callable[[], EvaluationPlugin]]
 
-# ---------------------------------------------------------------------- the model first (StrategyBase.__init_subclass__)
-
-def _declares_model_first(init: Callable[..., None]) -> bool:
-    parameters = list(inspect.signature(init).parameters.values())[1:]  # after self
-    return bool(parameters) and parameters[0].name == "model" and parameters[0].kind in (
-        inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-
-
-def model_first(init: Callable[..., None]) -> Callable[..., None]:
-    """A strategy's ``__init__`` called as Avalanche's strategies are, except that the model may come first.
-
-    Avalanche's ``BaseTemplate`` wraps every strategy's ``__init__``: positional arguments warn
-    (``PositionalArgumentsDeprecatedWarning``) and are passed on as keywords, and an ``__init__``
-    that declares any positional parameter warns on every call. Here ``Strategy(model, **options)``
-    is the documented call, so this wrapper takes the wrapper's place: the model alone given by
-    position passes silently, and every positional argument after it gets Avalanche's own handling
-    (its warning, its mapping onto the keyword-only parameters in order).
-    """
-
-    @functools.wraps(init)
-    def init_model_first(self: Any, *args: Any, **kwargs: Any) -> None:
-        if len(args) > 1:
-            args, kwargs = _merge_legacy_positional_arguments(init, type(self).__name__, (self, *args), kwargs)
-            return init(*args, **kwargs)
-        return init(self, *args, **kwargs)
-
-    init_model_first.takes_model_first = True  # type: ignore[attr-defined]
-    return init_model_first
+# The keywords every method takes beside its model, config and options, and what they are; the baselines take
+# device, plugins and evaluator. Each strategy's __init__ declares them; StrategyBase's describes them.
+STRATEGY_KEYWORDS = {
+    "criterion": "the loss; a new ``CrossEntropyLoss`` by default.",
+    "device": "where the model trains and evaluates.",
+    "plugins": "Avalanche plugins, after the strategy's own (the list is copied, never changed); those that "
+               "cannot act on the strategy (replay, distillation, regularisation, LR schedulers) are refused "
+               "with the reason.",
+    "evaluator": "Avalanche's ``EvaluationPlugin``, or a factory of one.",
+}
 
 
 class StrategyBase(SupervisedTemplate):
-    """An Avalanche ``SupervisedTemplate`` as every strategy of the package builds it.
+    """An Avalanche ``SupervisedTemplate`` as every strategy of the package builds it, from one config.
 
-    Args:
-        plugins: the user's plugins, placed after the strategy's own; the list is copied, never
-            changed. Those named in :attr:`incompatible_plugins` are refused with the reason
-            (:meth:`refuse_incompatible_plugins`).
-        scan_experiences: the :class:`~avalanche_color.DataChecksPlugin`, always first, scans each
-            training experience's samples before anything changes for it (without the scan, empty
-            experiences, non-finite evaluation pixels and a non-finite loss are still refused). A
-            :class:`~avalanche_color.LearningCheckPlugin` follows it: after each experience it warns
-            (:class:`~avalanche_color.ExpertLearnedNothing`) if the experience's training accuracy is no better
-            than chance or its loss did not fall.
-        own_plugins: the plugins the method itself needs, after the data checks and before the user's.
-        plugins_checked: the subclass has refused them already, before its costly steps (copying
-            the ViT), so they are not looked at again.
-        precision: ``"32-true"``, ``"bf16-mixed"`` or ``"16-mixed"``: the forwards and losses of
-            training and evaluation run under it (:class:`MixedPrecision`, ``self.precision``).
-        template_options: the keywords of Avalanche's template (``model``, ``optimizer``, ...).
+    A strategy's own ``__init__`` (``CoLoR.__init__``, in its file) declares the model, ``config`` and every
+    option of its :attr:`config_class` as keywords, and hands them on to this class's. Its arguments, the same
+    for every strategy:
+
+    * ``model``: a timm ``VisionTransformer``, of which a method builds its :attr:`model_class` on a copy (the
+      ViT given stays as it was, usable by other strategies); or a :attr:`model_class` instance (a strategy's
+      ``model``) to continue from: its own settings (:meth:`model_settings`) then apply, and one given another
+      value is refused. A baseline adapts or freezes a copy of the ViT.
+    * ``config``: all options as one :attr:`config_class`; an option given beside it replaces its field.
+    * the options: the fields of :attr:`config_class`, each with its doc there; one left at its default
+      (:class:`~avalanche_color.utils.checks.OptionDefault`) is not given.
+    * ``criterion``, ``device``, ``plugins``, ``evaluator``: as :data:`STRATEGY_KEYWORDS` says (a baseline
+      takes no ``criterion``). The plugins named in :attr:`incompatible_plugins` are refused with the reason;
+      a :class:`~avalanche_color.DataChecksPlugin` comes first (it scans each training experience's samples
+      before anything changes for it when the config's ``check_data`` is set; empty experiences, non-finite
+      evaluation pixels and a non-finite loss are refused either way), a
+      :class:`~avalanche_color.LearningCheckPlugin` next (it warns,
+      :class:`~avalanche_color.ExpertLearnedNothing`, after an experience whose training accuracy is no
+      better than chance or whose loss did not fall), then the strategy's own (:meth:`own_plugins`), then the
+      user's.
+    * ``**template_options``: other keywords of Avalanche's template (``peval_mode``, ...); any other keyword
+      is refused by name.
+
+    The config's ``precision`` (a :class:`~avalanche_color.config.PrecisionOptions` field: ``"32-true"``,
+    ``"bf16-mixed"`` or ``"16-mixed"``) sets the numeric precision of training and evaluation
+    (:class:`MixedPrecision`, ``self.precision``); its loader options (:class:`~avalanche_color.config.
+    LoaderOptions`) apply to every loader.
     """
 
-    # The strategy's options, each declared once (a method's config, a baseline's options): for a class that
-    # sets it, its __init__ takes them as keywords and shows them in its signature and Args (documented_init).
+    # The strategy's options, each declared once (a method's config, a baseline's options).
     config_class: ClassVar[type[Options]]
+    config: Any
+    # A method's model (its instances count their experts in num_experts: 0 for one that adds none, as L2P's)
+    # and the options it takes: a group of config_class (e.g. LoRAOptions for CoLoR's ExpertViT).
+    model_class: ClassVar[type[nn.Module]]
+    model_config_class: ClassVar[type[Options]]
+    # The Avalanche template whose keywords pass through (**template_options).
+    avalanche_template: ClassVar[type[SupervisedTemplate]] = SupervisedTemplate
     # Avalanche plugins this strategy refuses, by class name, with the reason (incompatible_plugin_reasons).
     incompatible_plugins: ClassVar[dict[str, str]] = {}
+    # The optimiser the strategy builds per experience, and the options that set it (for the refusal of optimizer=).
+    optimizer_description: ClassVar[str] = "its own optimiser"
+    optimizer_options: ClassVar[tuple[str, ...]] = ("lr",)
+    # Whether training steps run through DDP under torchrun (a method whose forward calls the model's parts
+    # itself, as L2P's prompt selection does, trains in one process).
+    trains_distributed: ClassVar[bool] = True
     # The options of every loader of train and eval, unless the call gives them (train, eval).
     loader_defaults: LoaderOptions = LoaderOptions()
     # The learning-rate schedule of the experience's optimiser, stepped after each of its steps (restart_*).
     lr_scheduler: Optional[LRScheduler] = None
+    # Under torchrun: the model in DDP over what trains, for training steps (set per experience).
+    ddp_model: Optional[nn.Module] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        # A strategy whose __init__ declares model as its first parameter gets model_first in place of
-        # Avalanche's wrapper; a subclass without its own __init__ keeps its parent's.
-        init = cls.__init__
-        super().__init_subclass__(**kwargs)  # Avalanche's BaseTemplate wraps __init__: see model_first
-        if "config_class" in vars(cls):  # the options' signature and Args, over the __init__ it has
-            cls.__init__ = model_first(documented_init(cls, init))  # type: ignore[method-assign]
-        elif getattr(init, "takes_model_first", False):
-            cls.__init__ = init  # type: ignore[method-assign]  # a parent's, already wrapped
-        elif _declares_model_first(init):
-            cls.__init__ = model_first(init)  # type: ignore[method-assign]
+        # Avalanche's BaseTemplate.__init_subclass__ wraps every subclass's __init__: it warns on each call when
+        # the __init__ declares a positional parameter, as Strategy(model, config) does here by design, and
+        # refuses unknown keywords with its own message before the strategy's. Skipping it (and only it), each
+        # strategy's __init__ stays the one written in its file.
+        super(BaseTemplate, cls).__init_subclass__(**kwargs)
 
-    @classmethod
-    def argument_docs(cls) -> dict[str, str]:
-        """What the Args of the ``__init__`` that :func:`documented_init` makes for a strategy with a
-        :attr:`config_class` say of the arguments that are not options: ``model``, the keywords its written
-        ``__init__`` takes beside ``config`` and the options (``device``, ...; in the order given here, which
-        the signature follows) and ``**kwargs``."""
-        raise NotImplementedError(f"{cls.__name__} sets config_class, so it says what its other arguments are")
-
-    def __init__(self, *, plugins: Optional[Sequence[BasePlugin]], scan_experiences: bool,
-                 own_plugins: Sequence[BasePlugin] = (), plugins_checked: bool = False,
-                 precision: str = "32-true", **template_options: Any) -> None:
-        if "device" in template_options:  # torch's own message would name neither the option nor the value
-            require("device", template_options["device"], usable_device)
-        if not plugins_checked:
-            self.refuse_incompatible_plugins(plugins)
-        self.precision = MixedPrecision(precision)
+    def __init__(self, *, model: nn.Module, config: Optional[Options], options: Mapping[str, Any],
+                 criterion: Optional[nn.Module] = None, device: Union[str, torch.device] = "cpu",
+                 plugins: Optional[Sequence[BasePlugin]] = None, evaluator: Evaluator = default_evaluator,
+                 template_options: Mapping[str, Any] = MappingProxyType({})) -> None:
+        # Keywords only, Avalanche's keywords in one mapping: this __init__ keeps Avalanche's wrapper (see
+        # __init_subclass__), which then sees none of the user's keywords before they are checked here.
+        options = self.checked_options(model, config, plugins, options, template_options)
+        self.config = config = self.config_class.build(config, **options)
+        model = self.make_model(model)
+        require("device", device, usable_device)  # torch's own message would name neither the option nor the value
+        if isinstance(config, LoaderOptions):
+            self.loader_defaults = config.group(LoaderOptions)
+        self.precision = MixedPrecision(config.precision if isinstance(config, PrecisionOptions) else "32-true")
         # Under torchrun, every rank's row count of each evaluation batch (make_eval_dataloader).
         self._eval_row_counts: Iterator[list[int]] = iter(())
         # Bad data is refused first, before any other plugin or the model adaptation acts on it.
-        checks = DataChecksPlugin(scan_experiences=scan_experiences)
+        checks = DataChecksPlugin(scan_experiences=self.scans_experiences())
         # Then a word after each experience whose training learned nothing (a finite loss that stays at chance).
-        super().__init__(plugins=[checks, LearningCheckPlugin(), *own_plugins, *(plugins or ())], **template_options)
+        super().__init__(model=model, criterion=nn.CrossEntropyLoss() if criterion is None else criterion,
+                         device=device, evaluator=evaluator,
+                         plugins=[checks, LearningCheckPlugin(), *self.own_plugins(), *(plugins or ())],
+                         **self.template_settings(model), **template_options)
+
+    @classmethod
+    def checked_options(cls, model: nn.Module, config: Optional[Options], plugins: Optional[Sequence[BasePlugin]],
+                        options: Mapping[str, Any], template_options: Mapping[str, Any]) -> dict[str, Any]:
+        """The options given (those not left at their :class:`~avalanche_color.utils.checks.OptionDefault`) and a
+        ready model's own settings, which the config is built from; refused first, before the ViT is copied:
+        plugins that are no list or cannot act on the strategy, an optimiser object, unknown keywords, a ready
+        model's setting given another value."""
+        given = {name: value for name, value in options.items() if not isinstance(value, OptionDefault)}
+        require("plugins", plugins, plugin_list)
+        cls.refuse_incompatible_plugins(plugins)
+        refuse_optimizer(cls, given, template_options)
+        refuse_unknown_keywords(cls, cls.config_class, template_options, cls.avalanche_template)
+        return {**given, **ready_model_options(cls, model, config, given)}
 
     @classmethod
     def refuse_incompatible_plugins(cls, plugins: Optional[Iterable[BasePlugin]]) -> None:
         """Raise a ``ValueError`` naming the first of ``plugins`` that :attr:`incompatible_plugins`
-        refuses, and why; a subclass may call it first thing and pass ``plugins_checked=True``."""
+        refuses, and why."""
         refuse_incompatible_plugins(cls.__name__, plugins or (), cls.incompatible_plugins)
+
+    # ------------------------------------------------------------------ what a strategy says
+
+    @classmethod
+    def model_settings(cls) -> tuple[str, ...]:
+        """The options a ready :attr:`model_class` instance brings with it (its own apply)."""
+        return cls.model_config_class.names()
+
+    @classmethod
+    def build_model(cls, vit: nn.Module, model_config: Options) -> nn.Module:
+        """The method's model around ``vit``; a copy of it, so the ViT given stays usable (Avalanche's own
+        scripts give one model object to several strategies)."""
+        return cls.model_class(copy.deepcopy(vit), model_config)
+
+    def make_model(self, model: nn.Module) -> nn.Module:
+        """The model the strategy trains: ``model`` itself when it is a ready :attr:`model_class` instance, else
+        :meth:`build_model` around it with the config's :attr:`model_config_class` options."""
+        if isinstance(model, self.model_class):
+            return model
+        return self.build_model(model, self.config.group(self.model_config_class))
+
+    def template_settings(self, model: nn.Module) -> dict[str, Any]:
+        """The keywords of Avalanche's template that the config sets (its budget), and the optimiser it requires."""
+        budget: TrainingOptions = self.config
+        # A placeholder, which Avalanche's template requires: make_optimizer builds the real one per experience.
+        return dict(optimizer=torch.optim.SGD(model.parameters(), lr=budget.lr), train_mb_size=budget.train_mb_size,
+                    train_epochs=budget.train_epochs, eval_mb_size=budget.eval_mb_size, eval_every=budget.eval_every)
+
+    def scans_experiences(self) -> bool:
+        """Whether the data checks scan each training experience's samples (the config's ``check_data``)."""
+        return self.config.check_data
+
+    def own_plugins(self) -> list[BasePlugin]:
+        """Plugins the strategy itself needs, after the data checks and before the user's."""
+        return []
+
+    def prepare_experience(self, **kwargs: Any) -> None:
+        """After the model added an experience's expert, before its optimiser exists (InfLoRA designs ``A_t``)."""
+
+    def make_optimizer(self, **kwargs: Any) -> None:
+        """A fresh optimiser over what trains in this experience."""
+        raise NotImplementedError
 
     # ------------------------------------------------------------------ train and eval: the loader options
 
@@ -299,137 +352,15 @@ class StrategyBase(SupervisedTemplate):
         gather_eval_batch(self, next(self._eval_row_counts, None))
         super()._after_eval_forward(**kwargs)
 
-
-class ConfiguredStrategy(StrategyBase):
-    """A ``SupervisedTemplate`` set up from one options dataclass, trained experience by experience.
-
-    A method sets :attr:`config_class`, :attr:`model_class` and :attr:`model_config_class` and implements
-    :meth:`make_optimizer`; it writes no ``__init__``. This class's ``__init__`` takes the model, ``config``
-    and the method's options as keywords, builds the config (``config_class.build(config, **options)``)
-    and the model, and passes Avalanche's keywords on to its template. For each class that sets
-    :attr:`config_class`, :class:`StrategyBase` gives that ``__init__`` the signature and Args its config
-    declares (:func:`documented_init`): ``inspect.signature``, ``help()`` and the docs list every option with
-    its type, default and doc, written once in the config.
-    """
-
-    # Every method's config holds the budget and precision (TrainingOptions) and the loader options.
-    config: Any
-    # Its instances count their experts in num_experts (0 for one that adds none, as L2P's).
-    model_class: ClassVar[type[nn.Module]]
-    # The options the model takes: a group of config_class (e.g. LoRAOptions for CoLoR's ExpertViT).
-    model_config_class: ClassVar[type[Options]]
-    # The optimiser the strategy builds per experience, and the options that set it (for the refusal of optimizer=).
-    optimizer_description: ClassVar[str] = "its own optimiser"
-    optimizer_options: ClassVar[tuple[str, ...]] = ("lr",)
-    # Whether training steps run through DDP under torchrun (a method whose forward calls the model's parts
-    # itself, as L2P's prompt selection does, trains in one process).
-    trains_distributed: ClassVar[bool] = True
-    # Under torchrun: the model in DDP over what trains, for training steps (set per experience).
-    ddp_model: Optional[nn.Module] = None
-
-    def __init__(
-        self,
-        model: nn.Module,
-        *,
-        config: Optional[Options] = None,
-        criterion: Optional[nn.Module] = None,
-        device: Union[str, torch.device] = "cpu",
-        plugins: Optional[Sequence[BasePlugin]] = None,
-        evaluator: Union[EvaluationPlugin, Callable[[], EvaluationPlugin]] = default_evaluator,
-        **options: Any,
-    ) -> None:
-        """
-        Args:
-            model: a timm ``VisionTransformer``, of which the strategy builds its :attr:`model_class` on a copy
-                (the ViT given stays as it was, usable by other strategies); or a :attr:`model_class` instance
-                (a strategy's ``model``) to continue from: its own settings (:meth:`model_settings`) then apply,
-                and one given another value is refused.
-            config: all options as one :attr:`config_class`; an option given beside it replaces its field.
-            criterion, device, plugins, evaluator: as :data:`STRATEGY_KEYWORDS` says.
-            **options: the method's options (the fields of :attr:`config_class`) and other keywords of
-                Avalanche's ``SupervisedTemplate`` (``peval_mode``, ...); any other keyword is refused by name.
-        """
-        options, template_options = self.checked_options(model, config, plugins, options)
-        config = self.config_class.build(config, **options)
-        if not isinstance(model, self.model_class):
-            model = self.build_model(model, config.group(self.model_config_class))
-        self.config = config
-        self.loader_defaults = config.group(LoaderOptions)
-        budget: TrainingOptions = config
-        super().__init__(
-            model=model,
-            # A placeholder, which Avalanche's template requires: make_optimizer builds the real one per experience.
-            optimizer=torch.optim.SGD(model.parameters(), lr=budget.lr),
-            criterion=nn.CrossEntropyLoss() if criterion is None else criterion,
-            train_mb_size=budget.train_mb_size,
-            train_epochs=budget.train_epochs,
-            eval_mb_size=budget.eval_mb_size,
-            device=device,
-            plugins=plugins,
-            plugins_checked=True,
-            scan_experiences=budget.check_data,
-            own_plugins=self.own_plugins(),
-            precision=budget.precision,
-            evaluator=evaluator,
-            eval_every=budget.eval_every,
-            **template_options,
-        )
-
-    @classmethod
-    def checked_options(cls, model: nn.Module, config: Optional[Options], plugins: Optional[Sequence[BasePlugin]],
-                        keywords: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The keywords given beside the model, split into the options the config is built from (those given,
-        and a ready model's own settings) and Avalanche's template keywords; refused first, before the ViT is
-        copied: plugins that cannot act on the method, an optimiser object, unknown keywords, a ready model's
-        setting given another value."""
-        options, template_options = split_keywords(cls.config_class, keywords)
-        cls.refuse_incompatible_plugins(plugins)  # StrategyBase then skips it
-        refuse_optimizer(cls, options, template_options)
-        refuse_unknown_keywords(cls, cls.config_class, template_options)
-        return {**options, **ready_model_options(cls, model, config, options)}, template_options
-
-    # ------------------------------------------------------------------ what a method says
-
-    @classmethod
-    def argument_docs(cls) -> dict[str, str]:
-        model_class = cls.model_class
-        model = (f"a timm ``VisionTransformer``, of which the strategy builds its "
-                 f":class:`~{model_class.__module__}.{model_class.__qualname__}` on a copy (the ViT given stays as "
-                 f"it was); or an instance of it (a strategy's ``model``) to continue from: its own settings "
-                 f"({', '.join(cls.model_settings())}) then apply, and one given another value is refused.")
-        return {"model": model, **STRATEGY_KEYWORDS,
-                "**kwargs": "other keywords of Avalanche's ``SupervisedTemplate`` (``peval_mode``, ...)."}
-
-    @classmethod
-    def model_settings(cls) -> tuple[str, ...]:
-        """The options a ready :attr:`model_class` instance brings with it (its own apply)."""
-        return cls.model_config_class.names()
-
-    @classmethod
-    def build_model(cls, vit: nn.Module, model_config: Options) -> nn.Module:
-        """The method's model around ``vit``; a copy of it, so the ViT given stays usable (Avalanche's own
-        scripts give one model object to several strategies)."""
-        return cls.model_class(copy.deepcopy(vit), model_config)
-
-    def own_plugins(self) -> list[BasePlugin]:
-        """Plugins the method itself needs, after the data checks and before the user's."""
-        return []
-
-    def prepare_experience(self, **kwargs: Any) -> None:
-        """After the model added an experience's expert, before its optimiser exists (InfLoRA designs ``A_t``)."""
-
-    def make_optimizer(self, **kwargs: Any) -> None:
-        """A fresh optimiser over what trains in this experience."""
-        raise NotImplementedError
-
     # ------------------------------------------------------------------ per experience, per step
 
     def check_model_and_optimizer(self, **kwargs: Any) -> None:
         # What trains (a new expert, a grown head) exists only after the model adaptation, so the
         # optimiser is built after it, once per experience; the chunks of an online stream's
         # experience (with task boundaries) continue its model, optimiser and schedule.
-        # Every model_class counts its experts (num_experts; L2P's, sharing one pool, has none): one
-        # restored from a checkpoint has its experience's expert already, which is not prepared again.
+        # Every model_class counts its experts (num_experts; L2P's, sharing one pool, has none; a baseline
+        # writes its own loop): one restored from a checkpoint has its experience's expert already, which is not
+        # prepared again.
         experts = self.model.num_experts
         self.model = self.model_adaptation()
         added = self.model.num_experts != experts
@@ -505,14 +436,14 @@ ROUTED_EXPERTS = incompatible_plugin_reasons(
 )
 
 
-class RoutedExpertsTemplate(ConfiguredStrategy):
+class RoutedExpertsTemplate(StrategyBase):
     """A :class:`~avalanche_color.RoutedExpertViT` trained expert by expert, with prototype routing: the
     training shared by the routed-expert strategies (CoLoR, S-Prompts).
 
     One expert per training experience, trained alone with SGD and a cosine schedule that restarts per
     experience; after each experience, k-means prototypes for the router
     (:class:`~avalanche_color.PrototypeRouterPlugin`). The strategies differ only in the model they build:
-    subclasses name their model and config class (see :class:`ConfiguredStrategy` for the call).
+    subclasses name their model and config class and write their ``__init__`` (see :class:`StrategyBase`).
     """
 
     model: RoutedExpertViT
@@ -652,98 +583,20 @@ def narrow_parameters(parameters: Any) -> dict[torch.dtype, int]:
     return counts
 
 
-# ---------------------------------------------------------------------- a strategy's __init__, made from its options
-
-# The keywords every method takes beside its model and options, as the Args of its __init__ describe them.
-STRATEGY_KEYWORDS = {
-    "criterion": "the loss; a new ``CrossEntropyLoss`` by default.",
-    "device": "where the model trains and evaluates.",
-    "plugins": "Avalanche plugins, after the strategy's own (the list is copied, never changed); those that "
-               "cannot act on the strategy (replay, distillation, regularisation, LR schedulers) are refused "
-               "with the reason.",
-    "evaluator": "Avalanche's ``EvaluationPlugin``, or a factory of one.",
-}
-
-
-def documented_init(strategy: type[StrategyBase], init: Callable[..., None]) -> Callable[..., None]:
-    """``strategy``'s ``__init__``: ``init``, the one it has (its own as written, or its parent's), with the
-    signature and docstring its :attr:`~StrategyBase.config_class` declares.
-
-    What ``inspect.signature``, ``help()``, Jupyter and the API docs show: ``model``, then, keywords only,
-    ``config``, every option with its type and default (in the order of
-    :meth:`~avalanche_color.utils.checks.Options.option_fields`; one declared without a default must be given),
-    the keywords of :meth:`~StrategyBase.argument_docs` as the written ``__init__`` declares them, and
-    ``**kwargs``; the Args give each option's doc and :meth:`~StrategyBase.argument_docs`' words for the
-    others. A static type checker sees the written ``**options``; ``config_class(...)`` is the statically
-    typed way to give options.
-    """
-    written = _init_taking_config(strategy)
-    config_class = strategy.config_class
-    hints = typing.get_type_hints(config_class)
-    keyword = inspect.Parameter.KEYWORD_ONLY
-    keywords = [name for name in strategy.argument_docs() if name not in ("model", "**kwargs")]
-    parameters = [
-        written["self"], written["model"], written["config"].replace(annotation=Optional[config_class]),
-        *(inspect.Parameter(spec.name, keyword, default=_shown_default(spec.default), annotation=hints[spec.name])
-          for spec in config_class.option_fields()),
-        *(written[name] for name in keywords),
-        inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD, annotation=Any),
-    ]
-
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        init(self, *args, **kwargs)
-
-    __init__.__signature__ = inspect.Signature(parameters, return_annotation=None)  # type: ignore[attr-defined]
-    __init__.__annotations__ = {**{p.name: p.annotation for p in parameters[1:]}, "return": None}
-    __init__.__doc__ = _init_docstring(strategy)
-    __init__.__module__, __init__.__qualname__ = strategy.__module__, f"{strategy.__qualname__}.__init__"
-    return __init__
-
-
-def _init_taking_config(strategy: type[StrategyBase]) -> Mapping[str, inspect.Parameter]:
-    # The parameters of the first __init__ in the class's lineage that declares config and the keywords beside
-    # it (ConfiguredStrategy's, a baseline's own); a subclass's own __init__ may pass them on as **options.
-    for cls in strategy.__mro__:
-        if "__init__" in vars(cls):
-            parameters = inspect.signature(vars(cls)["__init__"], eval_str=True).parameters
-            if "config" in parameters:
-                return parameters
-    raise TypeError(f"{strategy.__name__} sets config_class, so an __init__ of its lineage must declare config")
-
-
-def _shown_default(default: Any) -> Any:
-    # An option declared without a default (dataclasses.MISSING) is a required keyword.
-    return inspect.Parameter.empty if default is dataclasses.MISSING else default
-
-
-def _init_docstring(strategy: type[StrategyBase]) -> str:
-    config_class, described = strategy.config_class, strategy.argument_docs()
-    config = (f"all options as one :class:`~{config_class.__module__}.{config_class.__qualname__}`; an option "
-              f"given beside it replaces its field.")
-    items = [docstring_item("model", described["model"]), docstring_item("config", config),
-             *(docstring_item(spec.name, spec.metadata["doc"], spec.default) for spec in config_class.option_fields()),
-             *(docstring_item(name, doc) for name, doc in described.items() if name != "model")]
-    return (f"{strategy.__name__} on ``model``, with the options of ``config`` and those given as keywords; the "
-            f"others keep their defaults.\n\nArgs:\n" + "\n".join(items))
-
-
 # ---------------------------------------------------------------------- a strategy's keywords, checked
-# How a ConfiguredStrategy's keywords become the options its config is built from
-# (ConfiguredStrategy.checked_options): each function checks or replaces one thing, before anything is
-# copied or adapted.
+# How a strategy's keywords become the options its config is built from (StrategyBase.checked_options): each
+# function checks or replaces one thing, before anything is copied or adapted.
 
 _UNSET = object()
 
 
-def split_keywords(config_class: type[Options], keywords: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``keywords`` given beside a strategy's model, split into the options of ``config_class`` and the others,
-    Avalanche's template's (every strategy with a config, the methods and the baselines)."""
-    names = config_class.names()
-    return ({name: value for name, value in keywords.items() if name in names},
-            {name: value for name, value in keywords.items() if name not in names})
+def plugin_list(value: object) -> Optional[str]:
+    """The check of a strategy's ``plugins``: a lone plugin given without a list would otherwise fail later,
+    far from the call."""
+    return None if value is None or isinstance(value, Sequence) else "must be a sequence of Avalanche plugins or None"
 
 
-def refuse_optimizer(strategy: type[ConfiguredStrategy], options: Mapping[str, Any],
+def refuse_optimizer(strategy: type[StrategyBase], options: Mapping[str, Any],
                      template_options: Mapping[str, Any]) -> None:
     """``Naive(model, optimizer=...)`` is Avalanche's habit; here the optimiser is made per experience.
 
@@ -753,10 +606,11 @@ def refuse_optimizer(strategy: type[ConfiguredStrategy], options: Mapping[str, A
     if "optimizer" not in template_options and not isinstance(given, torch.optim.Optimizer):
         return
     name = strategy.__name__
+    advice = (f"set {', '.join(strategy.optimizer_options)} instead, or subclass {name} and override make_optimizer"
+              if strategy.optimizer_options else "nothing of it trains by gradient")
     raise TypeError(
         f"{name} builds its own optimiser per experience ({strategy.optimizer_description}), so it takes no "
-        f"optimiser object as optimizer=, got {type(given).__name__}; set {', '.join(strategy.optimizer_options)} "
-        f"instead, or subclass {name} and override make_optimizer"
+        f"optimiser object as optimizer=, got {type(given).__name__}; {advice}"
     )
 
 
@@ -777,11 +631,13 @@ def refuse_unknown_keywords(strategy: type, config_class: type[Options], templat
         )
 
 
-def ready_model_options(strategy: type[ConfiguredStrategy], model: nn.Module, config: Optional[Options],
+def ready_model_options(strategy: type[StrategyBase], model: nn.Module, config: Optional[Options],
                         given: Mapping[str, Any]) -> dict[str, Any]:
     """A ready ``model_class`` instance's own settings (``strategy.model_settings()``), which its config takes;
-    empty for a plain ViT. One given, or set in ``config``, to another value is refused."""
-    if not isinstance(model, strategy.model_class):
+    empty for a plain ViT, and for a baseline (which names no model class). One given, or set in ``config``, to
+    another value is refused."""
+    model_class = getattr(strategy, "model_class", None)
+    if model_class is None or not isinstance(model, model_class):
         return {}
     own = {name: getattr(model.config, name) for name in strategy.model_settings()}
     conflicting = sorted(name for name in own if name in given and given[name] != own[name])
@@ -789,7 +645,7 @@ def ready_model_options(strategy: type[ConfiguredStrategy], model: nn.Module, co
         conflicting += sorted(name for name in own if name not in conflicting and getattr(config, name) != own[name])
     if conflicting:
         raise ValueError(
-            f"model is already a configured {strategy.model_class.__name__} with its own settings; leave "
+            f"model is already a configured {model_class.__name__} with its own settings; leave "
             f"{conflicting} unset (the model's: {', '.join(f'{name}={own[name]!r}' for name in conflicting)})"
         )
     return own

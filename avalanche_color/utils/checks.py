@@ -200,18 +200,45 @@ def option(default: Any, check: Check, *, doc: Optional[str] = None, expert_sett
     return field(default=default, metadata={"check": check, "doc": doc, "expert_setting": expert_setting})
 
 
+class OptionDefault:
+    """An option's default where a strategy's ``__init__`` names it (``rank: int = CoLoRConfig.rank``): it reads and
+    compares as the value (``help()`` and ``inspect.signature`` show ``rank: int = 64``), and a keyword left at it
+    is told from one given, even given the same value (:meth:`Options.build` skips it), so an option given beside a
+    config, or beside a ready model, is given. An option without a default reads ``<required>``: given there or
+    in the config."""
+
+    __slots__ = ("name", "value")
+
+    def __init__(self, name: str, value: Any) -> None:
+        self.name, self.value = name, value
+
+    def __repr__(self) -> str:
+        return "<required>" if self.value is dataclasses.MISSING else repr(self.value)
+
+    def __eq__(self, other: object) -> bool:
+        return self.value == (other.value if isinstance(other, OptionDefault) else other)
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+
 @dataclass_transform(kw_only_default=True, frozen_default=True, field_specifiers=(option,))
 def option_group(cls: type[Config]) -> type[Config]:
     """The decorator of an option group (an :class:`Options` subclass): ``cls`` as a frozen dataclass that
-    takes keywords only, its docstring ending with an Attributes section made from its fields' docs.
+    takes keywords only, its docstring ending with an Attributes section made from its fields' docs, and
+    each option it declares an :class:`OptionDefault` as its class attribute (``CoLoRConfig.rank``: the default
+    a strategy's signature names; a type checker reads the field's type).
 
     A field declared again without a doc (another default) takes the doc of the group it comes from.
     """
     written = vars(cls).get("__doc__")
+    declared = inspect.get_annotations(cls)
     group = dataclass(frozen=True, kw_only=True)(cls)
     for spec in dataclasses.fields(group):
         if spec.metadata["doc"] is None:
             spec.metadata = MappingProxyType({**spec.metadata, "doc": _inherited_doc(group, spec.name)})
+        if spec.name in declared:  # set after the dataclass is made: instances and their __init__ keep the value
+            setattr(group, spec.name, OptionDefault(spec.name, spec.default))
     attributes = [docstring_item(spec.name, spec.metadata["doc"], spec.default) for spec in group.option_fields()]
     section = "Attributes:\n" + "\n".join(attributes) if attributes else ""
     group.__doc__ = "\n\n".join(part for part in (inspect.cleandoc(written or ""), section) if part)
@@ -269,9 +296,11 @@ class Options:
     def build(cls: type[Config], config: Optional["Options"] = None, /, **options: Any) -> Config:
         """``cls`` from a config (of ``cls`` or a subclass) and/or keyword options, checked.
 
-        Options given as keywords replace those of ``config``; a name that is not
-        an option of ``cls`` is refused with the list of those that are.
+        Options given as keywords replace those of ``config``; one left at its :class:`OptionDefault` (a
+        strategy's keyword not given) is not given; a name that is not an option of ``cls`` is refused with
+        the list of those that are.
         """
+        options = {name: value for name, value in options.items() if not isinstance(value, OptionDefault)}
         unknown = sorted(set(options) - set(cls.names()))
         if unknown:
             raise TypeError(f"{cls.__name__} has no option {', '.join(map(repr, unknown))}; "

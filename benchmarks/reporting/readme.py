@@ -170,10 +170,10 @@ def render_options(config_name: str) -> str:
     """The table of a method's options, from its config (``avalanche_color.<config_name>``): each option in its
     declaration's order with its default and doc, then Avalanche's keywords that every strategy takes."""
     import avalanche_color
-    from avalanche_color.training.strategy import STRATEGY_KEYWORDS, ConfiguredStrategy
+    from avalanche_color.training.strategy import STRATEGY_KEYWORDS, StrategyBase
 
     config_class = getattr(avalanche_color, config_name)
-    keywords = inspect.signature(ConfiguredStrategy.__init__).parameters
+    keywords = inspect.signature(StrategyBase.__init__).parameters
     rows = [{"argument": f"`{spec.name}`", "default": _shown(spec.default), "meaning": _markdown(spec.metadata["doc"])}
             for spec in config_class.option_fields()]
     rows += [{"argument": f"`{name}`", "default": _shown(keywords[name].default), "meaning": _markdown(doc)}

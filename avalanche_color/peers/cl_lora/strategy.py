@@ -31,21 +31,22 @@ feature of its training images (evaluation transforms) under that experience's n
 experience ends and never updated (:func:`experience_prototypes`).
 """
 
-from __future__ import annotations
-
-from collections.abc import Iterable
-from typing import Any, ClassVar, Optional, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any, ClassVar, Optional, Sequence, Union
 
 import torch
 from avalanche.benchmarks.utils.data_loader import collate_from_data_or_kwargs
+from avalanche.core import BasePlugin
+from avalanche.training.plugins.evaluation import default_evaluator
 from torch import Tensor, nn
 
-from avalanche_color.peers.cl_lora.config import CLLoRAConfig
+from avalanche_color.config import Precision
+from avalanche_color.peers.cl_lora.config import CLLoRAConfig, SecondStepGradient
 from avalanche_color.peers.cl_lora.model import CLLoRAViT
 from avalanche_color.peers.lora_sum.strategy import LORA_SUM
 from avalanche_color.training.distributed import average_gradients
 from avalanche_color.training.loaders import data_loader, loader_options
-from avalanche_color.training.strategy import ConfiguredStrategy
+from avalanche_color.training.strategy import Evaluator, StrategyBase
 from avalanche_color.utils.experiences import ends_experience, origin_experience
 from avalanche_color.utils.rng import generators_untouched
 
@@ -143,7 +144,7 @@ CL_LORA_PLUGINS = {**LORA_SUM, "LRSchedulerPlugin": (
     "another optimiser would be silently ignored")}
 
 
-class CLLoRA(ConfiguredStrategy):
+class CLLoRA(StrategyBase):
     """CL-LoRA on any timm ViT: task-shared LoRA kept by distillation, task-specific LoRA per experience.
 
     In the first ``shared_blocks`` blocks one LoRA on q and v (down projection a fixed orthonormal
@@ -170,6 +171,67 @@ class CLLoRA(ConfiguredStrategy):
     kd_loss: Optional[Tensor] = None
     _student: Optional[Tensor] = None
     _teacher: Optional[Tensor] = None
+
+    def __init__(
+        self,
+        model: nn.Module,
+        config: Optional[CLLoRAConfig] = None,
+        *,
+        rank: int = CLLoRAConfig.rank,
+        shared_blocks: Optional[int] = CLLoRAConfig.shared_blocks,
+        lr: float = CLLoRAConfig.lr,
+        momentum: float = CLLoRAConfig.momentum,
+        weight_decay: float = CLLoRAConfig.weight_decay,
+        train_mb_size: int = CLLoRAConfig.train_mb_size,
+        train_epochs: int = CLLoRAConfig.train_epochs,
+        kd_weight: float = CLLoRAConfig.kd_weight,
+        kd_temperature: float = CLLoRAConfig.kd_temperature,
+        ortho_weight: float = CLLoRAConfig.ortho_weight,
+        second_step_gradient: SecondStepGradient = CLLoRAConfig.second_step_gradient,
+        init_seed: int = CLLoRAConfig.init_seed,
+        # TrainingOptions
+        eval_mb_size: int = CLLoRAConfig.eval_mb_size,
+        eval_every: int = CLLoRAConfig.eval_every,
+        check_data: bool = CLLoRAConfig.check_data,
+        # PrecisionOptions
+        precision: Precision = CLLoRAConfig.precision,
+        # LoaderOptions
+        num_workers: int = CLLoRAConfig.num_workers,
+        pin_memory: Optional[bool] = CLLoRAConfig.pin_memory,
+        persistent_workers: bool = CLLoRAConfig.persistent_workers,
+        # Avalanche's (StrategyBase)
+        criterion: Optional[nn.Module] = None,
+        device: Union[str, torch.device] = "cpu",
+        plugins: Optional[Sequence[BasePlugin]] = None,
+        evaluator: Evaluator = default_evaluator,
+        **template_options: Any,
+    ) -> None:
+        """CL-LoRA on ``model``, with the options of ``config`` and those given here (the others: their
+        defaults).
+
+        Each option (``rank`` to ``persistent_workers``) is a field of
+        :class:`~avalanche_color.peers.cl_lora.config.CLLoRAConfig`, documented there; its default is the config's.
+        ``criterion``, ``device``, ``plugins``, ``evaluator`` and Avalanche's other keywords: as
+        :class:`~avalanche_color.training.strategy.StrategyBase` says.
+
+        Args:
+            model: a timm ``VisionTransformer``, of which the strategy builds its
+                :class:`~avalanche_color.peers.cl_lora.model.CLLoRAViT` on a copy (the ViT given stays as it was);
+                or a :class:`~avalanche_color.peers.cl_lora.model.CLLoRAViT` (a strategy's ``model``) to continue
+                from: its own settings (``rank``, ``shared_blocks``) then apply, and one given another value is
+                refused.
+            config: all options as one :class:`~avalanche_color.peers.cl_lora.config.CLLoRAConfig`; an option given
+                here replaces its field.
+        """
+        options = dict(
+            rank=rank, shared_blocks=shared_blocks, lr=lr, momentum=momentum, weight_decay=weight_decay,
+            train_mb_size=train_mb_size, train_epochs=train_epochs, kd_weight=kd_weight,
+            kd_temperature=kd_temperature, ortho_weight=ortho_weight, second_step_gradient=second_step_gradient,
+            init_seed=init_seed, eval_mb_size=eval_mb_size, eval_every=eval_every, check_data=check_data,
+            precision=precision, num_workers=num_workers, pin_memory=pin_memory,
+            persistent_workers=persistent_workers)
+        super().__init__(model=model, config=config, options=options, criterion=criterion, device=device,
+                         plugins=plugins, evaluator=evaluator, template_options=template_options)
 
     @classmethod
     def model_settings(cls) -> tuple[str, ...]:

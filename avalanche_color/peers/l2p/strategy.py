@@ -8,16 +8,19 @@ tokens read from the model), and the query is the same frozen ViT run
 without prompts.
 """
 
-from __future__ import annotations
-
-from typing import Any, ClassVar, Optional
+from collections.abc import Sequence
+from typing import Any, ClassVar, Optional, Union
 
 import torch
+from avalanche.core import BasePlugin
+from avalanche.training.plugins.evaluation import default_evaluator
 from torch import Tensor, nn
 
-from avalanche_color.peers.l2p.config import L2PConfig, L2PModelOptions
+from avalanche_color.config import Precision
+from avalanche_color.peers.l2p.config import (BatchwiseSelection, HeadInit, HeadInput, L2PConfig, L2PModelOptions,
+                                              PromptInit)
 from avalanche_color.peers.l2p.model import L2PViT
-from avalanche_color.training.strategy import ConfiguredStrategy, incompatible_plugin_reasons
+from avalanche_color.training.strategy import Evaluator, StrategyBase, incompatible_plugin_reasons
 
 # The Avalanche plugins L2P refuses, and why (every other plugin is passed through).
 L2P_TABLE = incompatible_plugin_reasons(
@@ -34,7 +37,7 @@ L2P_TABLE = incompatible_plugin_reasons(
 )
 
 
-class L2P(ConfiguredStrategy):
+class L2P(StrategyBase):
     """Learning to Prompt (Wang et al., CVPR 2022) with a frozen timm ViT of any size.
 
     A pool of ``pool_size`` prompts with keys is shared by all experiences;
@@ -67,6 +70,72 @@ class L2P(ConfiguredStrategy):
     optimizer_options = ("lr",)
     # The forward selects the prompts before the model predicts with them, outside a DDP wrapper.
     trains_distributed = False
+
+    def __init__(
+        self,
+        model: nn.Module,
+        config: Optional[L2PConfig] = None,
+        *,
+        surrogate_weight: float = L2PConfig.surrogate_weight,
+        lr: float = L2PConfig.lr,
+        lr_batch_scaling: bool = L2PConfig.lr_batch_scaling,
+        grad_clip_norm: Optional[float] = L2PConfig.grad_clip_norm,
+        train_epochs: int = L2PConfig.train_epochs,
+        # L2PModelOptions
+        pool_size: int = L2PConfig.pool_size,
+        prompt_length: int = L2PConfig.prompt_length,
+        top_n: int = L2PConfig.top_n,
+        head_input: HeadInput = L2PConfig.head_input,
+        class_masking: bool = L2PConfig.class_masking,
+        prompt_init: PromptInit = L2PConfig.prompt_init,
+        head_init: HeadInit = L2PConfig.head_init,
+        batchwise_selection: BatchwiseSelection = L2PConfig.batchwise_selection,
+        # TrainingOptions
+        train_mb_size: int = L2PConfig.train_mb_size,
+        eval_mb_size: int = L2PConfig.eval_mb_size,
+        eval_every: int = L2PConfig.eval_every,
+        check_data: bool = L2PConfig.check_data,
+        # PrecisionOptions
+        precision: Precision = L2PConfig.precision,
+        # LoaderOptions
+        num_workers: int = L2PConfig.num_workers,
+        pin_memory: Optional[bool] = L2PConfig.pin_memory,
+        persistent_workers: bool = L2PConfig.persistent_workers,
+        # Avalanche's (StrategyBase)
+        criterion: Optional[nn.Module] = None,
+        device: Union[str, torch.device] = "cpu",
+        plugins: Optional[Sequence[BasePlugin]] = None,
+        evaluator: Evaluator = default_evaluator,
+        **template_options: Any,
+    ) -> None:
+        """L2P on ``model``, with the options of ``config`` and those given here (the others: their
+        defaults).
+
+        Each option (``surrogate_weight`` to ``persistent_workers``) is a field of
+        :class:`~avalanche_color.peers.l2p.config.L2PConfig`, documented there; its default is the config's.
+        ``criterion``, ``device``, ``plugins``, ``evaluator`` and Avalanche's other keywords: as
+        :class:`~avalanche_color.training.strategy.StrategyBase` says.
+
+        Args:
+            model: a timm ``VisionTransformer``, of which the strategy builds its
+                :class:`~avalanche_color.peers.l2p.model.L2PViT` on a copy (the ViT given stays as it was); or a
+                :class:`~avalanche_color.peers.l2p.model.L2PViT` (a strategy's ``model``) to continue from: its own
+                settings (``pool_size``, ``prompt_length``, ``top_n``, ``head_input``, ``class_masking``,
+                ``prompt_init``, ``head_init``, ``batchwise_selection``) then apply, and one given another value is
+                refused.
+            config: all options as one :class:`~avalanche_color.peers.l2p.config.L2PConfig`; an option given here
+                replaces its field.
+        """
+        options = dict(
+            surrogate_weight=surrogate_weight, lr=lr, lr_batch_scaling=lr_batch_scaling,
+            grad_clip_norm=grad_clip_norm, train_epochs=train_epochs, pool_size=pool_size,
+            prompt_length=prompt_length, top_n=top_n, head_input=head_input, class_masking=class_masking,
+            prompt_init=prompt_init, head_init=head_init, batchwise_selection=batchwise_selection,
+            train_mb_size=train_mb_size, eval_mb_size=eval_mb_size, eval_every=eval_every, check_data=check_data,
+            precision=precision, num_workers=num_workers, pin_memory=pin_memory,
+            persistent_workers=persistent_workers)
+        super().__init__(model=model, config=config, options=options, criterion=criterion, device=device,
+                         plugins=plugins, evaluator=evaluator, template_options=template_options)
 
     def make_optimizer(self, **kwargs: Any) -> None:
         """A fresh Adam over the pool and the head (state reset per experience, as L2P's code), at

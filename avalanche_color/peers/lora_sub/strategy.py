@@ -26,24 +26,26 @@ experience), in eval mode, the random generators left as they were:
   network after the task, never updated later.
 """
 
-from __future__ import annotations
-
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Callable, ClassVar, Literal, Optional, overload
+from typing import Any, Callable, ClassVar, Literal, Optional, Union, overload
 
 import torch
 from avalanche.benchmarks.utils.data_loader import collate_from_data_or_kwargs
+from avalanche.core import BasePlugin
+from avalanche.training.plugins.evaluation import default_evaluator
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
-from avalanche_color.peers.lora_sub.config import LoRASubtractionConfig, SameClassPrototypes
+from avalanche_color.config import Precision
+from avalanche_color.peers.lora_sub.config import LoRASubtractionConfig, SameClassPrototypes, Schedule
 from avalanche_color.peers.lora_sub.model import LoRASubtractionViT
 from avalanche_color.peers.lora_sum.model import input_covariances
 from avalanche_color.peers.lora_sum.strategy import LoRASumTemplate
 from avalanche_color.training.distributed import gather_padded_rows
 from avalanche_color.training.loaders import data_loader, loader_options
+from avalanche_color.training.strategy import Evaluator
 from avalanche_color.utils.experiences import origin_experience
 from avalanche_color.utils.rng import generators_untouched
 
@@ -271,10 +273,69 @@ class LoRASubtraction(LoRASumTemplate):
     # In training: the batch's features, for the triplet loss.
     mb_features: Optional[Tensor] = None
 
-    def __init__(self, model: nn.Module, **options: Any) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        config: Optional[LoRASubtractionConfig] = None,
+        *,
+        rank: int = LoRASubtractionConfig.rank,
+        threshold: float = LoRASubtractionConfig.threshold,
+        margin: float = LoRASubtractionConfig.margin,
+        triplet_weight: float = LoRASubtractionConfig.triplet_weight,
+        same_class_prototypes: SameClassPrototypes = LoRASubtractionConfig.same_class_prototypes,
+        lr: float = LoRASubtractionConfig.lr,
+        head_lr: float = LoRASubtractionConfig.head_lr,
+        weight_decay: float = LoRASubtractionConfig.weight_decay,
+        lr_schedule: Schedule = LoRASubtractionConfig.lr_schedule,
+        train_epochs: int = LoRASubtractionConfig.train_epochs,
+        first_experience_epochs: Optional[int] = LoRASubtractionConfig.first_experience_epochs,
+        init_seed: int = LoRASubtractionConfig.init_seed,
+        # TrainingOptions
+        train_mb_size: int = LoRASubtractionConfig.train_mb_size,
+        eval_mb_size: int = LoRASubtractionConfig.eval_mb_size,
+        eval_every: int = LoRASubtractionConfig.eval_every,
+        check_data: bool = LoRASubtractionConfig.check_data,
+        # PrecisionOptions
+        precision: Precision = LoRASubtractionConfig.precision,
+        # LoaderOptions
+        num_workers: int = LoRASubtractionConfig.num_workers,
+        pin_memory: Optional[bool] = LoRASubtractionConfig.pin_memory,
+        persistent_workers: bool = LoRASubtractionConfig.persistent_workers,
+        # Avalanche's (StrategyBase)
+        criterion: Optional[nn.Module] = None,
+        device: Union[str, torch.device] = "cpu",
+        plugins: Optional[Sequence[BasePlugin]] = None,
+        evaluator: Evaluator = default_evaluator,
+        **template_options: Any,
+    ) -> None:
+        """LoRA subtraction on ``model``, with the options of ``config`` and those given here (the others: their
+        defaults).
+
+        Each option (``rank`` to ``persistent_workers``) is a field of
+        :class:`~avalanche_color.peers.lora_sub.config.LoRASubtractionConfig`, documented there; its default is the
+        config's. ``criterion``, ``device``, ``plugins``, ``evaluator`` and Avalanche's other keywords: as
+        :class:`~avalanche_color.training.strategy.StrategyBase` says.
+
+        Args:
+            model: a timm ``VisionTransformer``, of which the strategy builds its
+                :class:`~avalanche_color.peers.lora_sub.model.LoRASubtractionViT` on a copy (the ViT given stays as
+                it was); or a :class:`~avalanche_color.peers.lora_sub.model.LoRASubtractionViT` (a strategy's
+                ``model``) to continue from: its own settings (``rank``) then apply, and one given another value is
+                refused.
+            config: all options as one :class:`~avalanche_color.peers.lora_sub.config.LoRASubtractionConfig`; an
+                option given here replaces its field.
+        """
+        options = dict(
+            rank=rank, threshold=threshold, margin=margin, triplet_weight=triplet_weight,
+            same_class_prototypes=same_class_prototypes, lr=lr, head_lr=head_lr, weight_decay=weight_decay,
+            lr_schedule=lr_schedule, train_epochs=train_epochs, first_experience_epochs=first_experience_epochs,
+            init_seed=init_seed, train_mb_size=train_mb_size, eval_mb_size=eval_mb_size, eval_every=eval_every,
+            check_data=check_data, precision=precision, num_workers=num_workers, pin_memory=pin_memory,
+            persistent_workers=persistent_workers)
         # Per experience after the first that this strategy prepared (not one resumed mid-way): k of each block.
         self.subspace_ranks: list[list[int]] = []
-        super().__init__(model, **options)
+        super().__init__(model=model, config=config, options=options, criterion=criterion, device=device,
+                         plugins=plugins, evaluator=evaluator, template_options=template_options)
 
     # ------------------------------------------------------------------ per experience
 

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from avalanche_color.config import Options
 from avalanche_color.peers.lora_sum.model import LoRASumViT
-from avalanche_color.training.strategy import ConfiguredStrategy, incompatible_plugin_reasons
+from avalanche_color.training.strategy import StrategyBase, incompatible_plugin_reasons
 from avalanche_color.utils.experiences import ends_experience
 
 # The Avalanche plugins SD-LoRA, InfLoRA and LoRA subtraction refuse, and why (CL-LoRA's, with its own schedule's
@@ -37,10 +37,10 @@ LORA_SUM = incompatible_plugin_reasons(
 )
 
 
-class LoRASumTemplate(ConfiguredStrategy):
-    """The :class:`~avalanche_color.training.strategy.ConfiguredStrategy` of a
-    :class:`LoRASumViT`: the model takes the method's whole config, a ready model brings its expert
-    settings; subclasses may override :meth:`prepare_experience` and :meth:`conclude_component`.
+class LoRASumTemplate(StrategyBase):
+    """The :class:`~avalanche_color.training.strategy.StrategyBase` of a :class:`LoRASumViT`: the model takes
+    the method's whole config, a ready model brings its expert settings; subclasses write their ``__init__`` and
+    may override :meth:`prepare_experience` and :meth:`conclude_component`.
     """
 
     model: LoRASumViT
