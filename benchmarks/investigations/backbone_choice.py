@@ -6,8 +6,8 @@ For each ``--sizes`` value it prints, on one thread:
   class means): on PACS, per domain, with ``--per-class`` training images of each class of that domain
   for the means and the domain's test split of seed 0 (the stream's) for the score; on the Split
   Tiny-ImageNet stream's 100 classes, ``--per-class`` training images each and the 50 test images of each;
-* the frozen forward and CoLoR's training step (rank 8, one expert of 10 classes, batch 32), in images
-  per second, timed side by side.
+* the frozen forward and CoLoR's training iteration (its own ``train``, rank 8, one expert of 10 classes,
+  batch 32), in images per second, timed side by side.
 
     python -m benchmarks.investigations.backbone_choice --backbone FILE --architecture vit_tiny_patch16_224 \\
         --data FOLDER --sizes 96 112 128 160
@@ -27,13 +27,13 @@ import torch
 import torch.nn.functional as F
 from torchvision.transforms import v2
 
-from avalanche_color import ExpertViT, backbone_data_config
+from avalanche_color import CoLoR, ExpertViT, backbone_data_config
 from avalanche_color.benchmarks.pacs import PACS_DOMAINS, PACS_FILE, load_pacs
 from avalanche_color.benchmarks.stream_building import stratified_split
 from avalanche_color.benchmarks.tiny_imagenet import FILE_NAME as TINY_FILE
 from avalanche_color.benchmarks.tiny_imagenet import PRETRAIN_CLASSES, load_tiny_imagenet
 from avalanche_color.runner.backbone_loading import load_backbone
-from benchmarks.perf.step import color_training_step
+from benchmarks.perf.strategies import Clock, TrainingTurns, quiet_evaluator, synthetic_stream, training_variant
 from benchmarks.perf.timing import Variant, interleaved, seconds
 
 STORED_SIZE = {"pacs": 64, "tiny": 32}  # the offline zips' image sides
@@ -82,19 +82,24 @@ def tiny_probe(vit, data: Path, size: int, per_class: int) -> float:
 
 
 def speeds(vit, size: int, rounds: int, batch: int = 32) -> dict[str, float]:
+    """Images per second of the frozen forward and of CoLoR's own training iteration (its ``train`` on one
+    experience of 10 classes, rank 8, one iteration per round: :mod:`benchmarks.perf.strategies`)."""
     vit.set_input_size(img_size=size)
-    model = ExpertViT(vit, rank=8)
-    model.start_expert(list(range(10)), experience=0)
-    model.router.set_prototypes(0, F.normalize(torch.randn(5, model.num_features), dim=-1))
-    x, labels = torch.randn(batch, 3, size, size), torch.randint(0, 10, (batch,))
-    step, _ = color_training_step(model, x, labels)
+    x = torch.randn(batch, 3, size, size)
+    stream = synthetic_stream(1, 10, (size, size), [(2 + rounds) * batch], batch)  # warm-up and untimed first too
+    clock = Clock(torch.device("cpu"))
+    strategy = CoLoR(vit, rank=8, k=5, train_epochs=1, train_mb_size=batch, eval_mb_size=batch,
+                     evaluator=quiet_evaluator, plugins=[clock])  # on a copy of the ViT
+    frozen = ExpertViT(vit, rank=8).eval()
+    turns = TrainingTurns(strategy, stream.train_stream[0], clock).start()
 
     def forward() -> None:
         with torch.no_grad():
-            model.features(x)
+            frozen.features(x)
 
-    rounds_seconds = interleaved({"forward": Variant(forward, setup=model.eval),
-                                  "step": Variant(step, setup=model.train)}, rounds, torch.device("cpu"), log=False)
+    rounds_seconds = interleaved({"forward": Variant(forward), "step": training_variant(turns)}, rounds,
+                                 torch.device("cpu"), log=False)
+    turns.close()
     return {name: batch / seconds(rounds_seconds, name).median for name in ("forward", "step")}
 
 

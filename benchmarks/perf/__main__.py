@@ -10,27 +10,31 @@ interleaved: after a warm-up round, each of ``--rounds`` rounds runs every
 timed call once, in an order rotated by one place per round, and every ratio is
 computed within a round from that round's timings. Figures are the median over
 rounds with the min and max. Weights are random (timings do not depend on them).
-Printed and written as a markdown table:
 
-* R1 = CoLoR training step / frozen-backbone forward (ideal about 2.0)
-* R2 = CoLoR training step / full fine-tuning step, and their training memory
-* R3 = routed inference throughput / plain ViT forward throughput (ideal 0.5)
+The training and evaluation rows time the strategies users run (:mod:`benchmarks.perf.strategies`): each
+strategy is built by its constructor on the same seeded ViT, trained by its own ``train`` on all but the last
+of ``--experts`` experiences of a synthetic stream, then timed inside its own ``train`` of the last experience
+(one iteration of its training loop per round, held between rounds in a thread of its own) and its own
+``eval`` of one batch (one iteration of its evaluation loop, between those training iterations). The other
+rows time the package's model and kernels directly. Printed and written as a markdown table:
+
+* R1 = CoLoR training iteration / frozen-backbone forward (ideal about 2.0)
+* R2 = CoLoR training iteration / full fine-tuning iteration (Avalanche's ``Naive``), and their training memory
+* R3 = CoLoR evaluation throughput / plain ViT forward throughput (ideal 0.5)
 * R4 = routed inference time with 10 experts mixed in each batch / with 1 expert (ideal 1.0)
 * R5 = our expert pass / peft's mixed-adapter pass (``adapter_names``), 10 experts in a batch
 * R5 overhead = (our expert pass - plain forward) / (peft's mixed-adapter pass - plain forward),
   for 1, 2, 10 and 50 experts in one batch (``--mixed-batch-size`` samples, 50 by default)
 * routing (nearest prototype) and k-means fit time as a share of a forward
 * the class-level routers (ridge, gaussian): routing and fitting time as a share of a forward
-* SD-LoRA, InfLoRA, LoRA-Sub and CL-LoRA (``--experts`` experiences learned, the last one training): their
-  training step / frozen-backbone forward, and their inference throughput / CoLoR's routed inference
-  throughput (one forward and no router against two passes; CL-LoRA's task-specific blocks run once per
-  experience). Each step is its strategy's: LoRA-Sub's projected Adam (the projection active, as from the
-  second experience on) on the cross-entropy plus the triplet loss, and its prediction by the nearest class
-  mean; CL-LoRA's SGD, its teacher's forward, two gradients and two SGD steps per batch. SD-LoRA's and
-  InfLoRA's step here: SGD with momentum
+* SD-LoRA, InfLoRA, LoRA-Sub and CL-LoRA (``--experts`` - 1 experiences learned, the last one training): their
+  training iteration / frozen-backbone forward, and their evaluation throughput / CoLoR's (one forward and no
+  router against two passes; CL-LoRA's task-specific blocks run once per finished experience). Each is its
+  strategy's own: its optimiser, loss and schedule (LoRA-Sub's projected Adam and triplet loss, CL-LoRA's
+  teacher forward, two gradients and two SGD steps), its prediction (LoRA-Sub's nearest class mean)
 * loader / step = images per second of a training data loader (JPEG photos decoded, RandomResizedCrop,
   flip, normalise, with ``--loader-workers`` worker processes) / images per second of the CoLoR
-  training step: below 1 the accelerator waits for the data
+  training iteration: below 1 the accelerator waits for the data
 * training memory against experiences learned (``--memory-experiences``, 1, 10 and 50 by default), on
   ``--memory-model`` (ViT-S/16 by default: 50 InfLoRA experiences take minutes on a CPU): for CoLoR, S-Prompts,
   L2P, SD-LoRA, InfLoRA, LoRA-Sub and CL-LoRA, the learned state plus one training step of experience t, and
@@ -43,6 +47,8 @@ from __future__ import annotations
 import argparse
 import copy
 import shlex
+import sys
+import time
 import warnings
 from contextlib import nullcontext
 from functools import partial
@@ -50,21 +56,24 @@ from pathlib import Path
 
 import timm
 import torch
+from avalanche.core import SupervisedPlugin
 from timm.data import resolve_data_config
 from torch import nn
 
-from avalanche_color import InfLoRAConfig, InfLoRAViT, SDLoRAConfig, SDLoRAViT, fit_prototypes
+from avalanche_color import ExpertLearnedNothing, fit_prototypes
 from avalanche_color.routing.routers import ClassRouter
 from benchmarks.perf.kernels import kernel_section
-from benchmarks.perf.learners import grown, peer_learners
-from benchmarks.perf.memory import memory_rows, training_memory
-from benchmarks.perf.step import color_training_step
+from benchmarks.perf.memory import IterationMemory, memory_rows
+from benchmarks.perf.strategies import (Clock, TrainingTurns, evaluation_variant, grown, strategies, synthetic_stream,
+                                        timm_vit, training_variant)
 from benchmarks.perf.timing import Spread, Variant, interleaved, machine, per_round, seconds
 from benchmarks.perf.workloads import (CLASS_ROUTERS, CLASSES, PHOTO_SIZE, PHOTOS, ROUTER_WIDTH, JPEGDataset,
-                                       build_color, build_lora_sum, fitted_class_routers, jpeg_photos, load_epoch,
+                                       build_color, fitted_class_routers, jpeg_photos, load_epoch,
                                        paper_train_transform, peft_adapters, training_loader)
 
 RESULTS = Path(__file__).parents[1] / "results"
+WARMUP_ROUNDS = 1
+INFERENCE_ROWS = ("CoLoR", "SD-LoRA", "InfLoRA", "LoRA-Sub", "CL-LoRA")  # the methods whose evaluation is timed
 
 
 def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
@@ -103,6 +112,8 @@ def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
 def main() -> None:
     parser, args = parse_args()
     warnings.filterwarnings("ignore", message=".*adapter_names.*")
+    warnings.filterwarnings("ignore", category=ExpertLearnedNothing)  # random images: nothing is learned
+    warnings.filterwarnings("ignore", message="No loggers specified")  # the strategies' evaluators log nothing
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -113,7 +124,7 @@ def main() -> None:
         parser.error(f"--memory-experiences must be counts >= 1 (at least one with --only memory), "
                      f"got {args.memory_experiences!r}")
     if args.only is not None:  # one section; the other rows' options play no part
-        text = (memory_rows(args, command_line(parser, args), memory_counts, device, precision) if args.only == "memory"
+        text = (memory_rows(args, command_line(parser, args), memory_counts, device) if args.only == "memory"
                 else kernel_section(args, command_line(parser, args), device, precision))
         print(text)
         old = args.out.read_text() if args.out.exists() else ""
@@ -145,7 +156,6 @@ def main() -> None:
 
     x = torch.randn(args.batch_size, 3, *size, generator=generator).to(device)
     mixed, single = mix(args.batch_size, args.experts), torch.zeros(args.batch_size, dtype=torch.long, device=device)
-    labels = torch.randint(0, CLASSES, (args.batch_size,), generator=generator).to(device) + CLASSES * (experts - 1)
     xm = torch.randn(mixed_batch, 3, *size, generator=generator).to(device)
     mixes = {count: mix(mixed_batch, count) for count in mixed_counts}
 
@@ -184,45 +194,37 @@ def main() -> None:
            for kind in class_routers},
     }
 
-    # Training: CoLoR step (newest expert) against full fine-tuning of the same ViT.
-    color_step, color_optimizer = color_training_step(model, x, labels)
-    criterion = nn.CrossEntropyLoss()
+    # Training and evaluation through the strategies: each built by its constructor on the same seeded ViT and
+    # grown by its own train calls on every experience of a synthetic stream but the last; on the last, one
+    # iteration of its own training loop per round (TrainingTurns), and its own eval of one batch of that
+    # experience's test images. The last experience: one untimed iteration, one per round (warm-up included),
+    # one for the memory row.
+    batches = 1 + WARMUP_ROUNDS + args.rounds + 1
+    stream = synthetic_stream(args.experts, CLASSES, tuple(size), [max(args.batch_size, args.k)] * (args.experts - 1)
+                              + [batches * args.batch_size], args.batch_size)
+    clocks: dict[str, Clock] = {}
+    probes: dict[str, IterationMemory] = {}
+    turns: dict[str, TrainingTurns] = {}
 
-    full = timm.create_model(args.model, pretrained=False, num_classes=CLASSES * experts).to(device).train()
-    full_optimizer = torch.optim.SGD(full.parameters(), lr=1e-3, momentum=0.9)
+    def plugins(name: str) -> list[SupervisedPlugin]:
+        clocks[name], probes[name] = Clock(device), IterationMemory(device)
+        return [probes[name], clocks[name]]
 
-    def full_step():
-        full_optimizer.zero_grad(set_to_none=True)
-        criterion(full(x), labels).backward()
-        full_optimizer.step()
-
-    variants["CoLoR training step"] = Variant(color_step, setup=model.train)
-    variants["full fine-tuning step"] = Variant(full_step)
-
-    # The LoRA peers that route nothing: one forward with every component summed in, one head.
-    peer_labels = labels % CLASSES + CLASSES * (args.experts - 1)  # the classes of the experience being learned
-    for name, model_class, config in (("SD-LoRA", SDLoRAViT, SDLoRAConfig(rank=args.rank)),
-                                      ("InfLoRA", InfLoRAViT, InfLoRAConfig(rank=args.rank))):
-        peer = build_lora_sum(model_class, config, make_vit(), args.experts, CLASSES, device)
-        peer_optimizer = torch.optim.SGD(list(peer.trainable_parameters()), lr=1e-3, momentum=0.9)
-
-        def peer_step(peer=peer, peer_optimizer=peer_optimizer):
-            peer_optimizer.zero_grad(set_to_none=True)
-            criterion(peer(x), peer_labels).backward()
-            peer_optimizer.step()
-
-        variants[f"{name} training step"] = Variant(peer_step, setup=peer.train)
-        variants[f"{name} inference"] = inference(partial(peer, x), peer)
-    # LoRA-Sub and CL-LoRA grown by their learners, each step its strategy's (optimiser, loss, CL-LoRA's two
-    # gradients); inference on a copy with the last experience finished too (its prototypes, CL-LoRA's pass).
-    for name, make_learner in peer_learners(make_vit, args.rank, CLASSES, device).items():
-        learner = grown(make_learner(), args.experts)
-        learned = copy.deepcopy(learner)
-        learned.finish(args.experts - 1)
-        learner_optimizer = learner.optimizer()
-        variants[f"{name} training step"] = Variant(
-            partial(learner.step, learner_optimizer, x, peer_labels), setup=learner.model.train)
-        variants[f"{name} inference"] = inference(partial(learned.model, x), learned.model)
+    makers = strategies(timm_vit(args.model), args.rank, args.k, args.batch_size, device,
+                        "bf16-mixed" if args.bf16 else "32-true", CLASSES * args.experts, plugins)
+    for name, make in makers.items():
+        start = time.perf_counter()
+        strategy = make()
+        own_precision = name != "full fine-tuning"  # Avalanche's Naive has no precision option: autocast around it
+        if own_precision:
+            grown(strategy, stream)
+        turns[name] = TrainingTurns(strategy, stream.train_stream[args.experts - 1], clocks[name],
+                                    nullcontext if own_precision else precision).start()
+        variants[f"{name} training iteration"] = training_variant(turns[name])
+        if name in INFERENCE_ROWS:
+            variants[f"{name} evaluation iteration"] = evaluation_variant(strategy, stream.test_stream[args.experts - 1],
+                                                                          clocks[name])
+        print(f"[perf] {name}: built and grown in {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
 
     # The data a training step needs: one epoch of a loader per timing, its workers kept between epochs.
     data = resolve_data_config({}, model=plain)
@@ -251,11 +253,14 @@ def main() -> None:
                 name = f"peft mixed-adapter pass, {count} {plural(count, 'adapter')} in batch {mixed_batch}"
                 variants[name] = inference(partial(peft_model, xm, adapter_names=names))
 
-    rounds = interleaved(variants, args.rounds, device, precision)
-    with precision():
-        model.train()
-        memory = {"CoLoR": training_memory(color_step, model, color_optimizer, device),
-                  "full fine-tuning": training_memory(full_step, full, full_optimizer, device)}
+    rounds = interleaved(variants, args.rounds, device, precision, warmup_rounds=WARMUP_ROUNDS)
+    memory = {}
+    for name in ("CoLoR", "full fine-tuning"):  # one more iteration each, its memory measured
+        probes[name].measure_next()
+        turns[name].step()
+        memory[name] = probes[name].step.total
+    for training in turns.values():
+        training.close()
 
     # Ratios, each computed within a round.
     e, m = args.experts, mixed_batch
@@ -264,12 +269,22 @@ def main() -> None:
     rounds_label = f"median (min-max) of {args.rounds} {plural(args.rounds, 'round')}"
     lines = [f"`{command_line(parser, args)}`", "",
              f"{args.model} (random weights), batch {args.batch_size} (R5 rows: batch {m}), rank {args.rank}, "
-             f"{experts} experts in the model, k {args.k}; device {device.type} ({machine(device)}); "
+             f"k {args.k}; device {device.type} ({machine(device)}); "
              f"{'bf16 autocast' if args.bf16 else 'float32'}, float32 matmul precision {args.matmul_precision}; "
              f"torch {torch.__version__}", "",
              f"Timings interleaved: a warm-up round, then {args.rounds} {plural(args.rounds, 'round')}, each running every timed call once "
              "in an order rotated by one place per round; each ratio is computed within a round from that round's "
              "timings and reported as the median over rounds (min-max).", "",
+             f"Training and evaluation rows: each strategy (CoLoR, SD-LoRA, InfLoRA, LoRA-Sub, CL-LoRA at rank "
+             f"{args.rank}, their other options their defaults, one epoch per experience; full fine-tuning: "
+             f"Avalanche's Naive, SGD with momentum) built on the same seeded ViT, trained by its own `train` on "
+             f"{args.experts - 1} experiences of a synthetic stream ({CLASSES} classes each, random images), then "
+             f"timed inside its own `train` of experience {args.experts} (one iteration of its training loop per "
+             "round: forward, loss, backward, optimiser step, schedule and plugins' iteration callbacks) and its "
+             "own `eval` of one batch (one iteration of its evaluation loop), which runs between those iterations "
+             f"(what Avalanche's periodic evaluation sees: {args.experts - 1} experiences finished). "
+             f"Model-level rows (R4, the expert passes, R5, routing): a CoLoR model of {experts} experts "
+             "with random prototypes and non-zero B.", "",
              f"| ratio | what | {rounds_label} | ideal | target |", "|---|---|---|---|---|"]
     lines += [f"| {name} | {what} | {value.format()} | {ideal} | {target} |" for name, what, value, ideal, target in rows]
     lines += ["", f"| timing | seconds, {rounds_label} |", "|---|---|"]
@@ -286,7 +301,7 @@ def main() -> None:
                   "(it cannot leave k out of a fused layer); our experts adapt q and v only, as the paper does. "
                   "One expert in a batch: ours folds it into the qkv weight, peft still runs its mixed-batch path."]
     if memory_counts:
-        lines += ["", memory_rows(args, command_line(parser, args), memory_counts, device, precision)]
+        lines += ["", memory_rows(args, command_line(parser, args), memory_counts, device)]
     report = "\n".join(lines)
     print(report)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -298,32 +313,35 @@ def ratio_rows(rounds: list[dict[str, float]], args: argparse.Namespace, memory:
                size: tuple[int, ...]) -> list[tuple]:
     """The rows (name, what, value, ideal, target), ``e`` experts mixed, batch ``m`` in the R5 rows."""
     routed_mixed, expert_mixed = f"routed inference, {e} experts mixed", f"expert pass, {e} experts mixed"
+    color_train, color_eval = "CoLoR training iteration", "CoLoR evaluation iteration"
     ratio = partial(per_round, rounds)
     rows = [
-        ("R1", "CoLoR training step / frozen-backbone forward",
-         ratio(lambda t: t["CoLoR training step"] / t["frozen-backbone forward"]), "about 2.0", "<= 2.3"),
-        ("R2", "CoLoR training step / full fine-tuning step",
-         ratio(lambda t: t["CoLoR training step"] / t["full fine-tuning step"]), "", ""),
-        ("R2 memory", "CoLoR / full fine-tuning training memory (one measurement)",
+        ("R1", "CoLoR training iteration / frozen-backbone forward",
+         ratio(lambda t: t[color_train] / t["frozen-backbone forward"]), "about 2.0", "<= 2.3"),
+        ("R2", "CoLoR training iteration / full fine-tuning iteration (Avalanche's Naive)",
+         ratio(lambda t: t[color_train] / t["full fine-tuning training iteration"]), "", ""),
+        ("R2 memory", "CoLoR / full fine-tuning training memory (one iteration each)",
          Spread([memory["CoLoR"] / memory["full fine-tuning"]]), "", "<= 0.6"),
-        ("R3", f"routed inference throughput / plain forward throughput, {e} experts mixed",
-         ratio(lambda t: t["plain forward"] / t[routed_mixed]), "0.5", ">= 0.45"),
-        ("R4", f"routed inference, {e} experts mixed / 1 expert (time)",
+        ("R3", f"CoLoR evaluation throughput / plain forward throughput ({e - 1} experts, the router's choice)",
+         ratio(lambda t: t["plain forward"] / t[color_eval]), "0.5", ">= 0.45"),
+        ("R4", f"routed inference, {e} experts mixed / 1 expert (time; the model's predict)",
          ratio(lambda t: t[routed_mixed] / t["routed inference, 1 expert"]), "1.0", "<= 1.15"),
         ("R4 expert pass", f"expert pass, {e} experts mixed / 1 expert (time)",
          ratio(lambda t: t[expert_mixed] / t["expert pass, 1 expert"]), "1.0", ""),
     ]
     # One forward and no router against CoLoR's two passes, LoRA-Sub's nearest mean included; CL-LoRA runs its
-    # shared blocks once and its task-specific ones (half the blocks) once per experience learned.
-    cl_lora_passes = (1 + e) / 2
+    # shared blocks (half the blocks) once and its task-specific ones once per finished experience (e - 1: the
+    # evaluations run while experience e trains).
+    cl_lora_passes = (1 + (e - 1)) / 2
     inference_ideal = {"SD-LoRA": "about 2", "InfLoRA": "about 2", "LoRA-Sub": "about 2",
                        "CL-LoRA": f"about {2 / cl_lora_passes:.2f}"}
     for name, ideal in inference_ideal.items():
         rows += [
-            (f"{name} step", f"{name} training step / frozen-backbone forward ({e} experiences learned)",
-             ratio(lambda t, name=name: t[f"{name} training step"] / t["frozen-backbone forward"]), "", ""),
-            (f"{name} inference", f"{name} inference throughput / CoLoR routed inference throughput, {e} experts mixed",
-             ratio(lambda t, name=name: t[routed_mixed] / t[f"{name} inference"]), ideal, ""),
+            (f"{name} step", f"{name} training iteration / frozen-backbone forward ({e - 1} experiences learned, "
+             f"experience {e} training)",
+             ratio(lambda t, name=name: t[f"{name} training iteration"] / t["frozen-backbone forward"]), "", ""),
+            (f"{name} inference", f"{name} evaluation throughput / CoLoR evaluation throughput",
+             ratio(lambda t, name=name: t[color_eval] / t[f"{name} evaluation iteration"]), ideal, ""),
         ]
     if mixed_counts and not peft_note:
         ours = lambda n: f"expert pass, {n} {plural(n)} in batch {m}"  # noqa: E731
@@ -351,7 +369,7 @@ def ratio_rows(rounds: list[dict[str, float]], args: argparse.Namespace, memory:
              "", "< 0.02"),
         ]
 
-    step_rate = lambda t: args.batch_size / t["CoLoR training step"]  # noqa: E731
+    step_rate = lambda t: args.batch_size / t["CoLoR training iteration"]  # noqa: E731
     for workers in loader_workers:
         loader_rate = lambda t, w=workers: len(photos) / t[f"loader epoch, {w} {plural(w, 'worker')}"]  # noqa: E731
         rows += [
@@ -359,11 +377,11 @@ def ratio_rows(rounds: list[dict[str, float]], args: argparse.Namespace, memory:
              f"loader images/s: {PHOTOS} JPEG photos {PHOTO_SIZE[0]}x{PHOTO_SIZE[1]} decoded, RandomResizedCrop("
              f"{size[0]}), flip, normalise, batch {args.batch_size}", ratio(loader_rate), "", ""),
             (f"loader / step, {workers} {plural(workers, 'worker')}",
-             "loader images/s / CoLoR training step images/s", ratio(lambda t, r=loader_rate: r(t) / step_rate(t)),
+             "loader images/s / CoLoR training iteration images/s", ratio(lambda t, r=loader_rate: r(t) / step_rate(t)),
              "", ">= 1"),
         ]
     if loader_workers:
-        rows.append(("training step", f"CoLoR training step images/s, batch {args.batch_size}",
+        rows.append(("training step", f"CoLoR training iteration images/s, batch {args.batch_size}",
                      ratio(step_rate), "", ""))
     return rows
 

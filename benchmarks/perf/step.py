@@ -1,46 +1,32 @@
-"""R1 alone: CoLoR's training step over the frozen-backbone forward, in the shape of ``python -m benchmarks.perf``'s
-table (the same model, batch, rank, experts and optimiser), in a minute or two instead of the table's half hour.
+"""R1 alone: CoLoR's training iteration over the frozen-backbone forward, in the shape of ``python -m
+benchmarks.perf``'s table (the same model, batch, rank, experiences and strategy), in a few minutes instead of the
+table's quarter hour or more.
 
     python -m benchmarks.perf.step --rounds 7 --threads 2
 
 It is the check to run when a change may have moved the step, and the way to tell a slower machine from slower
-code: run it from two trees on one machine, alternating, and compare. Run as a file (``PYTHONPATH=<tree> python
-benchmarks/perf/step.py``) it times the tree on ``PYTHONPATH``, also one whose ``benchmarks.perf`` has no
-``step`` module: it needs only that tree's ``build_color`` and timing helpers (so it keeps its own
-``CLASSES`` and :func:`color_training_step`, which the table's script imports from here).
+code: run it from two trees on one machine, alternating, and compare (``PYTHONPATH=<tree> python
+benchmarks/perf/step.py`` times the tree on ``PYTHONPATH``). As in the table, the iteration is CoLoR's own
+(:mod:`benchmarks.perf.strategies`): the strategy trained by its ``train`` on ``--experts`` - 1 experiences of the
+synthetic stream, then one iteration of its ``train`` of the last experience per round.
 """
 
 from __future__ import annotations
 
 import argparse
+import warnings
 from contextlib import nullcontext
 from functools import partial
-from typing import Callable
 
-import timm
 import torch
-from torch import nn
 
 import avalanche_color
+from avalanche_color import ExpertLearnedNothing, ExpertViT
+from benchmarks.perf.strategies import Clock, TrainingTurns, grown, strategies, synthetic_stream, timm_vit, training_variant
 from benchmarks.perf.timing import Variant, interleaved, per_round, seconds
-from benchmarks.perf.workloads import build_color
+from benchmarks.perf.workloads import CLASSES
 
-CLASSES = 10  # per expert, as in the table (benchmarks.perf.workloads)
-
-
-def color_training_step(model: nn.Module, x: torch.Tensor, labels: torch.Tensor
-                        ) -> tuple[Callable[[], None], torch.optim.Optimizer]:
-    """CoLoR's training step as every R1 is timed (here and in ``benchmarks.perf``'s table): SGD with momentum on
-    the trainable parameters (the newest expert and head), cross-entropy on ``model(x)``; and its optimiser."""
-    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1e-3, momentum=0.9)
-    criterion = nn.CrossEntropyLoss()
-
-    def step() -> None:
-        optimizer.zero_grad(set_to_none=True)
-        criterion(model(x), labels).backward()
-        optimizer.step()
-
-    return step, optimizer
+WARMUP_ROUNDS = 1
 
 
 def parse_args() -> argparse.Namespace:
@@ -48,8 +34,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--model", default="vit_base_patch16_224", help="timm model name (random weights)")
     parser.add_argument("--batch-size", type=int, default=10)
     parser.add_argument("--rank", type=int, default=64)
-    parser.add_argument("--experts", type=int, default=50,
-                        help="experts in the model, the last one training (the table's model holds 50)")
+    parser.add_argument("--experts", type=int, default=10,
+                        help="experiences, the last one training (the table's --experts); the others are trained first")
     parser.add_argument("--k", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds after one warm-up round")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
@@ -71,26 +57,34 @@ def main() -> None:
     device = torch.device(args.device)
     torch.set_float32_matmul_precision(args.matmul_precision)
     precision = (partial(torch.autocast, device.type, dtype=torch.bfloat16) if args.bf16 else nullcontext)
-    torch.manual_seed(0)
-    generator = torch.Generator().manual_seed(0)
-    vit = timm.create_model(args.model, pretrained=False, num_classes=0)
-    model = build_color(vit, args.experts, args.rank, CLASSES, args.k, device)
-    x = torch.randn(args.batch_size, 3, *vit.patch_embed.img_size, generator=generator).to(device)
-    labels = torch.randint(0, CLASSES, (args.batch_size,), generator=generator) + CLASSES * (args.experts - 1)
-    color_step, _ = color_training_step(model, x, labels.to(device))
+    warnings.filterwarnings("ignore", category=ExpertLearnedNothing)  # random images: nothing is learned
+    warnings.filterwarnings("ignore", message="No loggers specified")
+    make_vit = timm_vit(args.model)
+    vit = make_vit()
+    size = tuple(vit.patch_embed.img_size)
+    frozen = ExpertViT(vit, rank=args.rank).to(device).eval()  # the same ViT's features, no expert
+    x = torch.randn(args.batch_size, 3, *size, generator=torch.Generator().manual_seed(0)).to(device)
+    batches = 1 + WARMUP_ROUNDS + args.rounds
+    stream = synthetic_stream(args.experts, CLASSES, size, [max(args.batch_size, args.k)] * (args.experts - 1)
+                              + [batches * args.batch_size], args.batch_size)
+    clock = Clock(device)
+    strategy = strategies(make_vit, args.rank, args.k, args.batch_size, device, "bf16-mixed" if args.bf16 else
+                          "32-true", CLASSES * args.experts, lambda name: [clock])["CoLoR"]()
+    turns = TrainingTurns(grown(strategy, stream), stream.train_stream[args.experts - 1], clock).start()
 
     def frozen_forward() -> None:
         with torch.no_grad():
-            model.features(x)
+            frozen.features(x)
 
-    rounds = interleaved({"frozen-backbone forward": Variant(frozen_forward, setup=model.eval),
-                          "CoLoR training step": Variant(color_step, setup=model.train)}, args.rounds, device,
-                         precision)
+    rounds = interleaved({"frozen-backbone forward": Variant(frozen_forward),
+                          "CoLoR training step": training_variant(turns)}, args.rounds, device, precision,
+                         warmup_rounds=WARMUP_ROUNDS)
+    turns.close()
     r1 = per_round(rounds, lambda t: t["CoLoR training step"] / t["frozen-backbone forward"])
     print(f"code: {avalanche_color.__file__}; {args.model}, batch {args.batch_size}, rank {args.rank}, "
-          f"{args.experts} experts, device {device.type}, {torch.get_num_threads()} threads, {args.rounds} rounds, "
+          f"{args.experts} experiences, device {device.type}, {torch.get_num_threads()} threads, {args.rounds} rounds, "
           f"{'bf16 autocast' if args.bf16 else 'float32'}, matmul precision {args.matmul_precision}")
-    print(f"R1 (CoLoR training step / frozen-backbone forward): {r1.format()}")
+    print(f"R1 (CoLoR training iteration / frozen-backbone forward): {r1.format()}")
     for name in ("frozen-backbone forward", "CoLoR training step"):
         print(f"{name}: {seconds(rounds, name).format(4)} s")
 

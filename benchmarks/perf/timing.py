@@ -36,12 +36,17 @@ class Variant:
     """One timed call. ``setup`` runs before the timer starts (e.g. model.train()).
 
     ``autocast``: whether the run's precision context (bf16 autocast with
-    ``--bf16``) applies; off for work that is not the model's (k-means).
+    ``--bf16``) applies; off for work that is not the model's (k-means) and for
+    strategies, which apply their own ``precision``.
+    ``clock``: the seconds the run measured of itself, read after it (a
+    :class:`~benchmarks.perf.strategies.Clock`'s timing of the strategy's
+    iteration inside its ``train`` or ``eval`` call); None: the call's wall time.
     """
 
     run: Callable[[], object]
     setup: Optional[Callable[[], object]] = None
     autocast: bool = True
+    clock: Optional[Callable[[], float]] = None
 
 
 @dataclass
@@ -86,7 +91,7 @@ def interleaved(variants: dict[str, Variant], rounds: int, device: torch.device,
             with context:
                 variant.run()
             synchronize(device)
-            timings[name] = time.perf_counter() - start
+            timings[name] = time.perf_counter() - start if variant.clock is None else variant.clock()
         if index >= 0:
             results.append(timings)
         if log:

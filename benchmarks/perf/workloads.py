@@ -1,6 +1,6 @@
-"""What the table times: the sizes every section shares, a CoLoR model with trained-looking experts, the LoRA-sum
-peers and peft's counterpart, the class routers, and a training data loader over JPEG images made in memory
-(the learners the memory section grows: :mod:`benchmarks.perf.learners`)."""
+"""What the table's model-level rows time: the sizes every section shares, a CoLoR model with trained-looking
+experts, peft's counterpart, the class routers, and a training data loader over JPEG images made in memory
+(the strategies the training, evaluation and memory rows run: :mod:`benchmarks.perf.strategies`)."""
 
 from __future__ import annotations
 
@@ -33,22 +33,6 @@ def build_color(vit: nn.Module, experts: int, rank: int, classes: int, k: int, d
                 layer.experts[expert].B.normal_(0, 0.02, generator=generator)
         centres = torch.nn.functional.normalize(torch.randn(k, model.num_features, generator=generator), dim=-1)
         model.router.set_prototypes(expert, centres)
-    return model.to(device)
-
-
-def build_lora_sum(model_class: Any, config: Any, vit: nn.Module, experiences: int, classes: int,
-                   device: torch.device) -> nn.Module:
-    """An SD-LoRA or InfLoRA model after ``experiences`` experiences of ``classes`` classes each: every
-    component with non-zero B, the last one being learned, one head over every class."""
-    model = model_class(vit, config)
-    generator = torch.Generator().manual_seed(0)
-    for experience in range(experiences):
-        if experience:
-            model.finish_component()
-        model.learn_classes(list(range(experience * classes, (experience + 1) * classes)))
-        with torch.no_grad():  # as if trained: B != 0
-            for layer in model.layers:
-                layer.components[-1].B.normal_(0, 0.02, generator=generator)
     return model.to(device)
 
 
