@@ -38,6 +38,16 @@ from avalanche_color.utils.checks import (Options, boolean, integer, non_negativ
 CandidateRule = Literal["router_product", "confidence"]
 CANDIDATE_RULES: tuple[str, ...] = get_args(CandidateRule)
 
+# HRM-PET's re-matching (:mod:`avalanche_color.routing.rematching`): which of its two steps run, how a first
+# prediction's confidence is scored, and where the confidence step's second candidate comes from; here, below
+# the rule that checks them and the CoLoR config that declares the options.
+Rematching = Literal["off", "hybrid", "direct", "confidence"]
+ConfidenceScore = Literal["gen", "msp"]
+RematchingCandidate = Literal["class", "router"]
+REMATCHING: tuple[str, ...] = get_args(Rematching)
+CONFIDENCE_SCORES: tuple[str, ...] = get_args(ConfidenceScore)
+REMATCHING_CANDIDATES: tuple[str, ...] = get_args(RematchingCandidate)
+
 RoutingFeatures = Literal["backbone", "first_expert"]
 Router = Literal["prototypes", "ridge", "gaussian", "oracle"]
 Distance = Literal["euclidean", "l1", "cosine"]

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from avalanche_color.routing.routers import ClassRouter, PrototypeRouter
-from avalanche_color.routing.classifiers import GaussianClassifier, full_precision
+from avalanche_color.routing.classifiers import GaussianClassifier
+from avalanche_color.utils.precision import full_precision
 
 WIDTH = 64
 

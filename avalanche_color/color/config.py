@@ -6,27 +6,13 @@ and the checks are in :mod:`avalanche_color.config`.
 
 from __future__ import annotations
 
-import math
-from typing import Literal, Optional, get_args
+from typing import Optional
 
-from avalanche_color.config import CANDIDATE_RULES, CandidateRule, RoutedExpertsConfig, RoutingOptions
-from avalanche_color.utils.checks import boolean, one_of, option, option_group, optional, positive, positive_int
-
-# HRM-PET's re-matching (:mod:`avalanche_color.routing.rematching`): which of its two steps run, how a first
-# prediction's confidence is scored, and where the confidence step's second candidate comes from.
-Rematching = Literal["off", "hybrid", "direct", "confidence"]
-ConfidenceScore = Literal["gen", "msp"]
-RematchingCandidate = Literal["class", "router"]
-REMATCHING: tuple[str, ...] = get_args(Rematching)
-CONFIDENCE_SCORES: tuple[str, ...] = get_args(ConfidenceScore)
-REMATCHING_CANDIDATES: tuple[str, ...] = get_args(RematchingCandidate)
-
-
-def finite_number(value: object) -> Optional[str]:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return "must be a finite number"
-    return None
-
+from avalanche_color.config import (CANDIDATE_RULES, CONFIDENCE_SCORES, REMATCHING, REMATCHING_CANDIDATES,
+                                    CandidateRule, ConfidenceScore, Rematching, RematchingCandidate,
+                                    RoutedExpertsConfig, RoutingOptions)
+from avalanche_color.utils.checks import (boolean, finite_number, one_of, option, option_group, optional, positive,
+                                          positive_int)
 
 @option_group
 class LoRAOptions(RoutingOptions):

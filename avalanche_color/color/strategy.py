@@ -8,10 +8,10 @@ from avalanche.core import BasePlugin
 from avalanche.training.plugins.evaluation import default_evaluator
 from torch import nn
 
-from avalanche_color.color.config import (CandidateRule, CoLoRConfig, ConfidenceScore, LoRAOptions, Rematching,
-                                          RematchingCandidate)
+from avalanche_color.color.config import CoLoRConfig, LoRAOptions
 from avalanche_color.color.model import ExpertViT
-from avalanche_color.config import Distance, Precision, PrototypeData, Router, RoutingFeatures
+from avalanche_color.config import (CandidateRule, ConfidenceScore, Distance, Precision, PrototypeData, Rematching,
+                                    RematchingCandidate, Router, RoutingFeatures)
 from avalanche_color.training.strategy import Evaluator, RoutedExpertsTemplate
 
 

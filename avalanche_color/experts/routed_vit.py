@@ -671,11 +671,11 @@ class RoutedExpertViT(MultiTaskModule):
     # CUDA) need a features() that takes one expert per sample as a tensor; set it to force a kernel.
     mixed_kernel: MixedKernel = "segments"
     routed_experts: Optional[Tensor]
+    """The experts the last eval-mode forward routed its batch to (all ranks' under torchrun, see
+    :func:`~avalanche_color.training.distributed.gather_eval_batch`); None after any other forward."""
     # (number of heads, one past their largest class id) as Python ints: read from the heads' class tensors
     # once per change (an expert added, a state loaded), not in every forward (a host sync on a GPU).
     _head_classes: Optional[tuple[int, int]] = None
-    """The experts the last eval-mode forward routed its batch to (all ranks' under torchrun, see
-    :func:`~avalanche_color.training.distributed.gather_eval_batch`); None after any other forward."""
 
     def __init__(self, vit: nn.Module, config: RoutingOptions, kind: ExpertKind) -> None:
         super().__init__()

@@ -43,7 +43,10 @@ from avalanche_color.utils.files import PathLike, write_folder_atomically
 from avalanche_color.utils.state import tensors_digest
 from avalanche_color.version import __version__
 
-if TYPE_CHECKING:  # a type only: routed_vit imports this module for the model's save and load
+# A type only: routed_vit imports this module for the model's save and load, and this one names the model in
+# its annotations alone (a decision: a Protocol restating the model's interface would serve the type checker
+# only, and drift from the class it describes).
+if TYPE_CHECKING:
     from avalanche_color.experts.routed_vit import RoutedExpertViT
 
 # --------------------------------------------------------------------------------------------------

@@ -4,55 +4,20 @@
 experience, store no sample and do not depend on the order the data came in.
 
 They, the routers and k-means compute in full precision whatever ``torch.autocast`` a caller runs under
-(:func:`full_precision`): under ``torch.autocast(bfloat16)`` a matmul or ``cdist`` computes in bfloat16 (8
+(:func:`~avalanche_color.utils.precision.full_precision`): under ``torch.autocast(bfloat16)`` a matmul or ``cdist`` computes in bfloat16 (8
 bits of mantissa), and a nearest-prototype distance, a ridge readout or a Gaussian score then picks another
 expert for a few percent of samples.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
-from typing import Any, Callable, Optional, ParamSpec, TypeVar
+from typing import Any, Optional
 
 import torch
 from torch import Tensor, nn
 
+from avalanche_color.utils.precision import in_full_precision
 from avalanche_color.utils.state import take_stored_shapes
-
-Parameters = ParamSpec("Parameters")
-Result = TypeVar("Result")
-
-
-def _autocast_devices() -> list[str]:
-    devices = ["cpu"]
-    if torch.cuda.is_available():
-        devices.append("cuda")
-    return devices
-
-
-@contextmanager
-def full_precision() -> Iterator[None]:
-    """Autocast switched off inside (CPU and, where there is one, CUDA), and left as it was afterwards;
-    tensors keep their own dtypes."""
-    with ExitStack() as stack:
-        for device in _autocast_devices():
-            if torch.is_autocast_enabled(device):
-                stack.enter_context(torch.autocast(device, enabled=False))
-        yield
-
-
-def in_full_precision(function: Callable[Parameters, Result]) -> Callable[Parameters, Result]:
-    """``function`` run under :func:`full_precision`."""
-
-    @functools.wraps(function)
-    def run(*args: Parameters.args, **kwargs: Parameters.kwargs) -> Result:
-        with full_precision():
-            return function(*args, **kwargs)
-
-    return run
-
 
 def check_samples(features: Tensor, targets: Tensor) -> None:
     """Refuse features and targets of different or zero length, and negative targets."""

@@ -33,9 +33,9 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from avalanche_color.color.config import (CONFIDENCE_SCORES, REMATCHING, REMATCHING_CANDIDATES, ConfidenceScore,
-                                          Rematching, RematchingCandidate, finite_number)
-from avalanche_color.utils.checks import one_of, require
+from avalanche_color.config import (CONFIDENCE_SCORES, REMATCHING, REMATCHING_CANDIDATES, ConfidenceScore, Rematching,
+                                    RematchingCandidate)
+from avalanche_color.utils.checks import finite_number, one_of, require
 
 # HRM-PET's constants: generalized_entropy(softmax, 0.1, 20) and the energy's 0.1 * logsumexp(logits / 0.1).
 GEN_GAMMA = 0.1

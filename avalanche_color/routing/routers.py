@@ -26,8 +26,9 @@ import torch
 from torch import Tensor, nn
 
 from avalanche_color.config import DISTANCES, Distance, RoutingOptions
-from avalanche_color.routing.classifiers import GaussianClassifier, RandomFeatureRidge, in_full_precision
+from avalanche_color.routing.classifiers import GaussianClassifier, RandomFeatureRidge
 from avalanche_color.utils.checks import one_of, require
+from avalanche_color.utils.precision import in_full_precision
 from avalanche_color.utils.state import take_stored_shapes
 
 # (features (n, d), class labels (n,)) -> prototypes (m, d): how an experience becomes prototypes.

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import textwrap
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
@@ -53,6 +54,12 @@ def _integer_at_least(value: object, low: int) -> Optional[str]:
 def positive(value: object) -> Optional[str]:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         return "must be a number > 0"
+    return None
+
+
+def finite_number(value: object) -> Optional[str]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return "must be a finite number"
     return None
 
 
