@@ -29,7 +29,7 @@ def runner_arguments(backbone: str, out: Path) -> tuple[str, ...]:
     """The comparison runner's command line on 2 ranks: --batch-size is per process, 2 x 32 is the
     single-process run's 64."""
     return ("compare", "--benchmark", "digits_class", "--methods", "CoLoR", "--epochs", "1", "--batch-size", "32",
-            "--backbone", backbone, "--rank", "2", "--name", str(out))
+            "--backbone", backbone, "--rank", "2", "--color-lr", "0.05", "--name", str(out))
 
 
 def ranks_of(out: Path, case: str) -> list[dict]:
@@ -142,7 +142,8 @@ def test_comparison_runner_under_torchrun_matches_a_single_process_run(gloo_laun
     assert (out / "logs" / "CoLoR_seed0" / "log.txt").exists()
 
     single = run_comparison(RunConfig(benchmark="digits_class", methods=("CoLoR",), epochs=1, batch_size=64,
-                                      backbone=tiny_backbone, out=tmp_path / "one", ranks=(2,), loggers=()),
+                                      backbone=tiny_backbone, out=tmp_path / "one", ranks=(2,), loggers=(),
+                                      color_lr=0.05),  # as the launch's --color-lr
                             progress=False)["runs"][0]
     distributed = saved["runs"][0]
     assert abs(distributed["average_accuracy"] - single["average_accuracy"]) <= 0.05, (distributed, single)

@@ -194,7 +194,8 @@ def test_lr_from_carries_each_tuned_choice_to_another_budget_and_colors_to_its_v
         assert runs[name]["lr"] == choices[source]["lr"]
         assert runs[name]["lr_chosen_by"].startswith("--lr-from tuned (1 epochs, batch 64")
     assert runs["CoLoR-oracle"]["lr_chosen_by"] != runs["CoLoR"]["lr_chosen_by"]  # says whose choice it is
-    assert runs["EWC"]["lr"] == 0.01 and runs["EWC"]["lr_chosen_by"].startswith("--baseline-lr")  # tuned nowhere
+    # Tuned nowhere: the untuned default of a backbone given as a weights file (runner/presets.UNTUNED_LRS).
+    assert runs["EWC"]["lr"] == 1e-3 and runs["EWC"]["lr_chosen_by"].startswith("--baseline-lr")
     assert carried["config"]["lr_from"] == [str(tuned)]
 
 
