@@ -11,7 +11,6 @@ import html as entities
 import importlib.util
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -196,17 +195,33 @@ def test_the_raw_table_check_finds_a_table_that_did_not_render():
     ("::: avalanche_color.NoSuchStrategy", "NoSuchStrategy"),
 ])
 def test_a_broken_link_or_a_stale_api_name_fails_the_build(tmp_path, broken, says):
+    run = build_small_site(tmp_path, broken)
+    assert run.returncode != 0 and says in run.stdout + run.stderr, run.stderr[-4000:]
+
+
+def test_the_broken_line_checks_small_site_builds_with_a_sound_line(tmp_path):
+    # So the checks above fail for their broken line, not for the small site.
+    run = build_small_site(tmp_path, "[a section](guide/options.md#a-section)")
+    assert run.returncode == 0, run.stderr[-4000:]
+
+
+def build_small_site(tmp_path: Path, line: str) -> subprocess.CompletedProcess:
+    """The site's own configuration (its validation, hooks and plugins) over two small pages, ``line`` in the
+    home page: the checks are the configuration's, and the whole site's build costs the suite 15 s a case."""
+    import yaml
+
     project = tmp_path / "project"
-    project.mkdir()
-    for name in ("mkdocs.yml", "README.md"):
-        shutil.copy(REPOSITORY / name, project)
-    shutil.copytree(DOCS, project / "docs")
+    (project / "docs" / "guide").mkdir(parents=True)
+    config = yaml.safe_load((REPOSITORY / "mkdocs.yml").read_text())
+    config["nav"] = [{"Home": "index.md"}, {"Options": "guide/options.md"}]
+    (project / "mkdocs.yml").write_text(yaml.safe_dump(config))
+    for name in ("hooks.py", "derived_docs.py", "sphinx_roles.py", "stylesheets"):
+        (project / "docs" / name).symlink_to(DOCS / name)
+    (project / "docs" / "guide" / "options.md").write_text("# Options\n\n## A section\n\nBack [home](../index.md).\n")
     for name in ("avalanche_color", "benchmarks"):
         (project / name).symlink_to(REPOSITORY / name)
-    with open(project / "docs" / "index.md", "a") as index:
-        index.write(f"\n{broken}\n")
-    run = build_site(project / "mkdocs.yml", tmp_path / "site")
-    assert run.returncode != 0 and says in run.stdout + run.stderr, run.stderr[-4000:]
+    (project / "docs" / "index.md").write_text(f"# Home\n\nSee [the options](guide/options.md).\n\n{line}\n")
+    return build_site(project / "mkdocs.yml", tmp_path / "site")
 
 
 def test_every_public_name_has_an_entry_in_the_api_reference():
@@ -265,11 +280,26 @@ def test_every_python_block_runs_or_says_why_not():
     assert sum(len(runnable(page)) for page in pages()) >= 10
 
 
+# Pages whose blocks a test of their own runs, and checks what they print: run once, there.
+RUN_BY_THEIR_OWN_TEST = {
+    "README.md": ("test_quick_start.py", "test_quick_start_runs_as_printed_offline_learns_and_warns_of_nothing"),
+    "docs/guide/trained-model.md": ("test_readme_usage.py", "test_using_a_trained_model_runs_as_printed"),
+}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("page", [page.relative_to(REPOSITORY) for page in pages() if runnable(page)], ids=str)
+@pytest.mark.parametrize("page", [page.relative_to(REPOSITORY) for page in pages()
+                                  if runnable(page) and str(page.relative_to(REPOSITORY)) not in RUN_BY_THEIR_OWN_TEST],
+                         ids=str)
 def test_a_pages_python_blocks_run_in_order(page):
     run = run_page(REPOSITORY / page)
     assert run.returncode == 0, run.stderr[-4000:]
+
+
+def test_the_pages_left_to_their_own_tests_are_run_there():
+    for page, (module, test) in RUN_BY_THEIR_OWN_TEST.items():
+        assert runnable(REPOSITORY / page), page
+        assert f"def {test}" in (REPOSITORY / "tests" / module).read_text(), (page, module, test)
 
 
 def shell_commands() -> list[tuple[str, str]]:
