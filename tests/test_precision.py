@@ -17,7 +17,7 @@ from avalanche.core import SupervisedPlugin
 from avalanche_color import CoLoR
 from avalanche_color.config import PrecisionOptions
 from avalanche_color.runner.methods import REGISTRY, methods_taking
-from avalanche_color.training.strategy import autocast, grad_scaler
+from avalanche_color.training.strategy import MixedPrecision
 from helpers import quiet_evaluator, stream_metric, train_all
 from registered import build_small, build_small_with, one_method_per_strategy
 from streams import class_stream, domain_stream, tiny_vit
@@ -184,8 +184,12 @@ def test_precision_is_checked_by_name(name):
 
 
 def test_autocast_and_the_gradient_scaler_follow_the_precision():
-    assert autocast("32-true", "cpu").__class__.__name__ == "nullcontext"
-    assert grad_scaler("bf16-mixed", "cpu") is None and grad_scaler("16-mixed", "cpu") is not None
+    assert MixedPrecision("32-true").autocast("cpu").__class__.__name__ == "nullcontext"
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    for precision, scaled in (("32-true", False), ("bf16-mixed", False), ("16-mixed", True)):
+        mixed = MixedPrecision(precision)
+        mixed.start_epoch(optimizer, "cpu", "test")
+        assert (mixed.scaler is not None) == scaled, precision  # bfloat16 has float32's range: no scaler
 
 
 @pytest.mark.parametrize("name", REGISTRY)

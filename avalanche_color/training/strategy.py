@@ -563,17 +563,6 @@ class MixedPrecision:
                 f"ViT too)", UserWarning, stacklevel=3)
 
 
-def autocast(precision: str, device: torch.device | str) -> AbstractContextManager:
-    """The context a forward and its loss run in under ``precision`` on ``device``."""
-    return MixedPrecision(precision).autocast(device)
-
-
-def grad_scaler(precision: str, device: torch.device | str) -> Optional[torch.amp.GradScaler]:
-    """A gradient scaler for ``"16-mixed"``; None for the others (bfloat16 has float32's range)."""
-    require("precision", precision, one_of(PRECISIONS))
-    return torch.amp.GradScaler(torch.device(device).type) if precision == "16-mixed" else None
-
-
 def narrow_parameters(parameters: Any) -> dict[torch.dtype, int]:
     """How many of ``parameters`` (that require gradients) are in each dtype narrower than float32."""
     counts: dict[torch.dtype, int] = {}
