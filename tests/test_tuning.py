@@ -194,6 +194,8 @@ def test_lr_from_carries_each_tuned_choice_to_another_budget_and_colors_to_its_v
         assert runs[name]["lr"] == choices[source]["lr"]
         assert runs[name]["lr_chosen_by"].startswith("--lr-from tuned (1 epochs, batch 64")
     assert runs["CoLoR-oracle"]["lr_chosen_by"] != runs["CoLoR"]["lr_chosen_by"]  # says whose choice it is
+    # The tuned budget names the rank for a method that takes one only.
+    assert "rank 2)" in runs["CoLoR"]["lr_chosen_by"] and "rank" not in runs["Naive"]["lr_chosen_by"]
     # Tuned nowhere: the untuned default of a backbone given as a weights file (runner/presets.UNTUNED_LRS).
     assert runs["EWC"]["lr"] == 1e-3 and runs["EWC"]["lr_chosen_by"].startswith("--baseline-lr")
     assert carried["config"]["lr_from"] == [str(tuned)]

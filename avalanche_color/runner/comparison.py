@@ -376,8 +376,9 @@ def carried_learning_rates(config: RunConfig) -> dict[str, LearningRate]:
         if not tuning:
             raise RunConfigError("lr_from", source, "must be a comparison run with --tune lr: its results hold "
                                                     "no tuning")
-        budget = _budget(record.get("config", {}))
+        settings = record.get("config", {})
         for name, choice in tuning["choices"].items():
+            budget = _budget(settings, with_rank=name in REGISTRY and method(name).lora)
             tuned.setdefault(name, (choice["lr"], f"--lr-from {results.parent.name} ({budget})"))
     carried = {}
     for name in tunable(config.methods or ()):
@@ -389,12 +390,14 @@ def carried_learning_rates(config: RunConfig) -> dict[str, LearningRate]:
     return carried
 
 
-def _budget(settings: dict[str, Any]) -> str:
-    """A tuned comparison's budget in a few words: epochs, batch, training images, rank."""
+def _budget(settings: dict[str, Any], with_rank: bool) -> str:
+    """A tuned comparison's budget in a few words: epochs, batch, training images and, for a method that takes
+    one (``with_rank``), its rank."""
     data = settings.get("train_per_class")
     images = "all training images" if data is None else f"{data} training images per class"
     ranks = settings.get("ranks") or ["?"]
-    return f"{settings.get('epochs')} epochs, batch {settings.get('batch_size')}, {images}, rank {ranks[0]}"
+    rank = f", rank {ranks[0]}" if with_rank else ""
+    return f"{settings.get('epochs')} epochs, batch {settings.get('batch_size')}, {images}{rank}"
 
 
 # ---------------------------------------------------------------------- the runs and results
