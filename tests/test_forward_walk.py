@@ -17,9 +17,9 @@ def test_the_walk_routes_once_and_picks_the_kernel_of_the_batch(one_thread):
     tasks = torch.arange(EXPERIENCES)
 
     mixed_walk = [name for _, name in walk(strategy, mixed, tasks, tests[0])]
-    assert len(set(strategy.model.routed_experts.tolist())) > 1
+    assert len(set(strategy.mb_routed_experts.tolist())) > 1
     single_walk = [name for _, name in walk(strategy, single, tasks, tests[0])]
-    assert strategy.model.routed_experts.tolist() == [0, 0, 0]
+    assert strategy.mb_routed_experts.tolist() == [0, 0, 0]
 
     for names in (mixed_walk, single_walk):
         assert names[0] == "RoutedExpertsTemplate.forward" and names.count("PrototypeRouter.forward") == 1

@@ -54,14 +54,15 @@ def test_forward_hooks_on_the_strategys_model_fire_in_training_and_evaluation(me
     strategy = (tiny_color(**UNSATURATED) if method == "CoLoR" else
                 SPrompts(tiny_vit(), prompt_length=2, k=3, train_epochs=1, train_mb_size=16, eval_mb_size=32,
                          evaluator=quiet_evaluator()))
-    seen: list[tuple[bool, int]] = []
-    strategy.model.register_forward_hook(lambda model, args, out: seen.append((model.training, out.shape[0])))
+    seen: list[tuple[bool, object]] = []
+    strategy.model.register_forward_hook(lambda model, args, out: seen.append((model.training, out)))
     strategy.train(benchmark.train_stream[0])
-    assert seen and all(training for training, _ in seen)
+    assert seen and all(training and isinstance(out, torch.Tensor) for training, out in seen)
     seen.clear()
     strategy.eval(benchmark.test_stream)
-    assert not any(training for training, _ in seen)
-    assert sum(size for _, size in seen) == sum(len(e.dataset) for e in benchmark.test_stream)
+    # In evaluation the strategy asks for the routed experts too: the hooks see (logits, experts).
+    assert not any(training for training, _ in seen) and all(isinstance(out, tuple) for _, out in seen)
+    assert sum(len(logits) for _, (logits, _) in seen) == sum(len(e.dataset) for e in benchmark.test_stream)
 
 
 @pytest.mark.parametrize("path", ["CoLoR", "Naive with the drop-in plugins"])
@@ -109,11 +110,10 @@ def test_the_routed_experts_are_the_ones_routing_gives_and_the_metric_reads(mode
     model = strategy.model.eval()
     images = torch.stack([s[0] for s in benchmark.test_stream[1].dataset])
     with torch.no_grad():
-        logits = model(images)
-        assert torch.equal(model.routed_experts, model.route(images))
-        assert torch.equal(logits, model(images, experts=model.routed_experts))
-        model(images, experts=0)
-    assert model.routed_experts is None  # given experts: nothing was routed
+        logits, routed = model(images, return_experts=True)
+        assert torch.equal(routed, model.route(images)) and torch.equal(logits, model(images))
+        assert torch.equal(logits, model(images, experts=routed))
+        assert model(images, experts=0, return_experts=True)[1] is None  # given experts: nothing was routed
 
 
 def test_make_router_builds_the_router_the_options_name():

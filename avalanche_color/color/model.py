@@ -20,6 +20,7 @@ from avalanche_color.experts.routed_vit import RoutedExpertViT, backbone_images,
 from avalanche_color.lora import ExpertSelection, QKVExperts, QVExpertKind, expert_tokens
 from avalanche_color.routing.rematching import RematchingRule
 from avalanche_color.training.data_checks import DataChecksPlugin
+from avalanche_color.training.strategy import routed_forward
 from avalanche_color.utils.checks import boolean, require
 
 if TYPE_CHECKING:
@@ -138,10 +139,11 @@ class LoRAExpertsPlugin(DataChecksPlugin):
     frozen, with a rank-r LoRA expert on q and v of every block and a linear
     head for each training experience (added by Avalanche's model adaptation).
     Pair it with :class:`~avalanche_color.PrototypeRouterPlugin` to route at evaluation.
-    Avalanche's strategies call ``model(x)`` (with task labels where the stream has them):
-    one routing pass and one expert pass per batch, as in :class:`~avalanche_color.CoLoR`; the
-    experts chosen are in ``strategy.model.routed_experts``, where the routing-accuracy metric
-    reads them.
+    During evaluation the strategy's forward is CoLoR's (:func:`~avalanche_color.training.strategy.routed_forward`:
+    ``model(x, return_experts=True)``, with task labels where the stream has them): one routing pass and one
+    expert pass per batch, the logits Avalanche's ``mb_output``, the experts chosen the strategy's
+    ``mb_routed_experts``, where the routing-accuracy metric reads them; the strategy's own forward is back
+    after each evaluation.
 
     It is also the package's :class:`~avalanche_color.DataChecksPlugin` (every strategy of the
     package runs the same checks): bad data is refused before the experience's expert exists,
@@ -161,3 +163,13 @@ class LoRAExpertsPlugin(DataChecksPlugin):
     def before_training(self, strategy: "SupervisedTemplate", **kwargs: Any) -> None:
         if not isinstance(strategy.model, ExpertViT):
             strategy.model = ExpertViT(strategy.model, self.config).to(strategy.device)
+
+    def before_eval(self, strategy: "SupervisedTemplate", **kwargs: Any) -> None:
+        # An Avalanche strategy's forward returns the logits alone: for the evaluation, the routed one, which
+        # keeps the experts beside them (an instance attribute over the class's method, removed after).
+        if isinstance(strategy.model, RoutedExpertViT):
+            strategy.forward = lambda: routed_forward(strategy, strategy.model)
+
+    def after_eval(self, strategy: "SupervisedTemplate", **kwargs: Any) -> None:
+        vars(strategy).pop("forward", None)
+        strategy.mb_routed_experts = None

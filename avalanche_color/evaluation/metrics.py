@@ -89,9 +89,10 @@ class RoutingAccuracy(GenericPluginMetric[Optional[float], RoutedShare]):
     experience it comes from (train and test streams line up experience by
     experience). Experiences without an expert yet are left out, not counted
     as wrong. The experts are those the model's evaluation forward routed the
-    batch to (``strategy.model.routed_experts``, all ranks' under torchrun; a model that routes
-    nothing is not counted); :meth:`expert_counts` says how many samples each answered since the
-    last reset.
+    batch to, which the strategy keeps beside its logits as ``strategy.mb_routed_experts`` (the package's
+    strategies and the drop-in :class:`~avalanche_color.LoRAExpertsPlugin` set it; all ranks' under
+    torchrun; a batch nothing routed is not counted); :meth:`expert_counts` says how many samples each
+    answered since the last reset.
     """
 
     def __init__(self, reset_at: Literal["experience", "stream"], emit_at: Literal["experience", "stream"]):
@@ -99,14 +100,14 @@ class RoutingAccuracy(GenericPluginMetric[Optional[float], RoutedShare]):
         self._name = "RoutingAcc_Exp" if emit_at == "experience" else "RoutingAcc_Stream"
 
     def update(self, strategy: "SupervisedTemplate") -> None:
-        model = strategy.model
-        if not isinstance(model, RoutedExpertViT) or model.routed_experts is None:
+        model, routed = strategy.model, getattr(strategy, "mb_routed_experts", None)
+        if not isinstance(model, RoutedExpertViT) or routed is None:
             return
         experience = strategy.experience.current_experience
         origins = model.bank.experiences
         # Each expert's experience, as Python ints read once per expert added (not per batch).
         if experience in host_value(model.bank, "experiences", origins, lambda tensor: tensor.tolist()):
-            routed = model.routed_experts.to(origins.device)  # a revisited experience has several experts
+            routed = routed.to(origins.device)  # a revisited experience has several experts
             self._metric.update(origins[routed] == experience, routed, num_experts=len(origins))
 
     @property

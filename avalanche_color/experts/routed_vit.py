@@ -6,8 +6,8 @@ LoRA matrices in the attention blocks for CoLoR's :class:`~avalanche_color.Exper
 S-Prompts' :class:`~avalanche_color.PromptExpertViT`), the expert bank (:class:`ExpertBank`:
 experts, heads, records, which one trains) and the router (:mod:`avalanche_color.routing.routers`).
 An eval-mode ``model(x)`` makes one backbone pass for the routing features (none for the oracle)
-and one with the chosen experts; the experts chosen are kept in one declared place,
-:attr:`RoutedExpertViT.routed_experts`, where the routing-accuracy metric reads them.
+and one with the chosen experts; ``model(x, return_experts=True)`` returns the experts chosen beside the
+logits, as :meth:`RoutedExpertViT.route_and_predict` does: a forward leaves no state behind.
 
 From top to bottom: what the backbone must be (:func:`check_vision_transformer`, :func:`backbone_images`);
 the heads (:class:`ExpertHead`); the expert bank (:class:`ExpertBank`, :class:`ExpertKind`); prediction with
@@ -650,9 +650,14 @@ class RoutedExpertViT(MultiTaskModule):
     * no expert yet: zeros (Avalanche evaluates once before the first training step);
     * train mode: the expert that trains, for every sample (a ``RuntimeError`` once every expert
       is finished: call ``model.eval()``);
-    * eval mode: each sample's routed expert, kept in :attr:`routed_experts` (with ``top_m`` > 1: the
-      candidate the rule picks among the router's m best, see :meth:`propose`; with ``rematching``: the
-      expert HRM-PET's re-matching settles on, see :meth:`rematch`).
+    * eval mode: each sample's routed expert (with ``top_m`` > 1: the candidate the rule picks among the
+      router's m best, see :meth:`propose`; with ``rematching``: the expert HRM-PET's re-matching settles
+      on, see :meth:`rematch`).
+
+    ``return_experts=True`` returns ``(logits, experts)``: the experts that computed each sample (None
+    while there is no expert, and in train mode, where the expert that trains computes every sample).
+    The package's strategies and the drop-in plugin evaluate through it, so the routing-accuracy metric
+    reads the experts as the strategy's ``mb_routed_experts``, beside its ``mb_output``.
 
     Subclasses give ``__init__`` their :class:`ExpertKind` (the slots and
     how a new expert is made), implement :meth:`features`, and set ``options_class`` and
@@ -670,9 +675,6 @@ class RoutedExpertViT(MultiTaskModule):
     # How a batch that mixes experts is computed (see predict): "gathered" and "auto" (gathered on
     # CUDA) need a features() that takes one expert per sample as a tensor; set it to force a kernel.
     mixed_kernel: MixedKernel = "segments"
-    routed_experts: Optional[Tensor]
-    """The experts the last eval-mode forward routed its batch to (all ranks' under torchrun, see
-    :func:`~avalanche_color.training.distributed.gather_eval_batch`); None after any other forward."""
     # (number of heads, one past their largest class id) as Python ints: read from the heads' class tensors
     # once per change (an expert added, a state loaded), not in every forward (a host sync on a GPU).
     _head_classes: Optional[tuple[int, int]] = None
@@ -690,7 +692,6 @@ class RoutedExpertViT(MultiTaskModule):
         self.router = make_router(config, self.num_features)
         self.eval_cache: Optional[EvalCache] = (EvalCache(config.cache_evaluation_bytes) if config.cache_evaluation
                                                 else None)
-        self.routed_experts = None
         self.register_load_state_dict_post_hook(RoutedExpertViT._after_loading)
 
     def new_expert_modules(self) -> list[nn.Module]:
@@ -779,25 +780,26 @@ class RoutedExpertViT(MultiTaskModule):
             self.bank.check_distinct_task(tasks[0], experience_id)
         self.start_expert(classes, experience_id, tasks[0])
 
-    def forward(self, x: Tensor, task_labels: Optional[Tensor] = None,
-                experts: Union[int, Tensor, None] = None) -> Tensor:
+    def forward(self, x: Tensor, task_labels: Optional[Tensor] = None, experts: Union[int, Tensor, None] = None,
+                return_experts: bool = False) -> Union[Tensor, tuple[Tensor, Optional[Tensor]]]:
         """Global-class logits of images ``x`` (batch, channels, height, width): pick the experts (see the class
-        docstring), then :func:`predict`. ``task_labels``: one per sample,
-        for the oracle; ``experts``: an index, or one per sample."""
-        self.routed_experts = None
+        docstring), then :func:`predict`. ``task_labels``: one per sample, for the oracle; ``experts``: an
+        index, or one per sample; ``return_experts``: ``(logits, the routed experts)`` (None where nothing
+        was routed: experts given, train mode, no expert yet)."""
+        routed = None
         if experts is not None:
             experts = check_experts(experts, x.shape[0], self.num_experts, self.device)
+            logits = self.predict(x, experts)
         elif not self.num_experts:
-            return x.new_zeros(x.shape[0], self.num_classes)
+            logits = x.new_zeros(x.shape[0], self.num_classes)
         elif self.training:
-            experts = self.training_expert()
+            logits = self.predict(x, self.training_expert())
         elif self.eval_cache is not None or self.top_m > 1 or self.rematching is not None:
-            logits, self.routed_experts = self.route_and_predict(x, task_labels)
-            return logits
+            logits, routed = self.route_and_predict(x, task_labels)
         else:
-            experts = self.routed_experts = self.route(x, task_labels)
-        return predict(self.features, self.bank.heads, self.num_classes, x, experts, self.bank.trainable,
-                       self.mixed_kernel)
+            routed = self.route(x, task_labels)
+            logits = self.predict(x, routed)
+        return (logits, routed) if return_experts else logits
 
     def training_expert(self) -> int:
         """The expert that trains: a train-mode forward predicts with it (a ``RuntimeError`` if none does)."""

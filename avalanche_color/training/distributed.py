@@ -26,7 +26,8 @@ single-process runs are unchanged. What each part does:
 * evaluation: :func:`eval_loader` gives each rank a contiguous, unpadded shard
   in the same number of batches on every rank, and :func:`gather_eval_batch`
   replaces each batch's outputs, labels, task labels and routed experts
-  (the model's ``routed_experts``) with those of all ranks. Every metric (accuracy, loss, routing accuracy, ...) then
+  (the strategy's ``mb_routed_experts``) with those of all ranks. Every metric (accuracy, loss, routing
+  accuracy, ...) then
   sees the whole test stream exactly once, on every rank; Avalanche's own
   loggers write on rank 0 only.
 """
@@ -253,7 +254,7 @@ def on_main_process(fit: Callable[[Tensor, Tensor], Tensor]) -> Callable[[Tensor
 
 @torch.no_grad()
 def gather_eval_batch(strategy: "SupervisedTemplate", sizes: Optional[list[int]] = None) -> None:
-    """Replace the batch's outputs, labels, task labels and routed experts (``strategy.model.routed_experts``)
+    """Replace the batch's outputs, labels, task labels and routed experts (``strategy.mb_routed_experts``)
     with those of all ranks. ``sizes``: every rank's row count of this batch, where every rank knows them
     (:func:`eval_row_counts`); None: gathered, with one host read."""
     if not is_distributed():
@@ -264,9 +265,9 @@ def gather_eval_batch(strategy: "SupervisedTemplate", sizes: Optional[list[int]]
     strategy.mb_output = gather_rows(strategy.mb_output, sizes)
     for index in range(1, len(strategy.mbatch)):  # mbatch[0] (the images) stays local
         strategy.mbatch[index] = gather_rows(strategy.mbatch[index], sizes)
-    model = strategy.model
-    if isinstance(model, RoutedExpertViT) and model.routed_experts is not None and len(model.routed_experts) == local:
-        model.routed_experts = gather_rows(model.routed_experts, sizes)
+    routed = getattr(strategy, "mb_routed_experts", None)
+    if routed is not None and len(routed) == local:
+        strategy.mb_routed_experts = gather_rows(routed, sizes)
 
 
 # ---------------------------------------------------------------------- inside a training step

@@ -449,6 +449,8 @@ class RoutedExpertsTemplate(StrategyBase):
     model: RoutedExpertViT
     config: RoutedExpertsConfig
     incompatible_plugins = ROUTED_EXPERTS
+    # The experts that computed the batch's rows in evaluation (all ranks' under torchrun); None in training.
+    mb_routed_experts: Optional[Tensor] = None
     optimizer_description = "SGD over the new expert, cosine-annealed over the experience"
     optimizer_options = ("lr", "momentum", "weight_decay")
 
@@ -457,10 +459,9 @@ class RoutedExpertsTemplate(StrategyBase):
 
     def forward(self) -> Tensor:
         """The model's forward (through DDP in training under torchrun): in training the expert that
-        trains predicts, in evaluation each sample's routed expert (kept in the model's ``routed_experts``)."""
-        # As Avalanche's forward: task labels only where the experience has them.
-        task_labels = self.mb_task_id if hasattr(self.experience, "task_labels") else None
-        return self.step_model()(self.mb_x, task_labels)
+        trains predicts, in evaluation each sample's routed expert, returned beside the logits and kept as
+        :attr:`mb_routed_experts`, as Avalanche keeps the logits as ``mb_output``."""
+        return routed_forward(self, self.step_model())
 
     def make_optimizer(self, **kwargs: Any) -> None:
         """A fresh SGD over the expert that trains only, with its schedule (:meth:`restart_schedule`)."""
@@ -561,6 +562,18 @@ class MixedPrecision:
                 f"(avalanche_color.lora.trained_dtype) and use precision='bf16-mixed' for a bfloat16 "
                 f"forward, as the package's strategies do (their trained weights stay float32 beside a bfloat16 "
                 f"ViT too)", UserWarning, stacklevel=3)
+
+
+def routed_forward(strategy: Any, model: nn.Module) -> Tensor:
+    """A routed expert model's forward for ``strategy``'s batch, as Avalanche's (task labels only where the
+    experience has them): in evaluation its routed experts are set as ``strategy.mb_routed_experts``, beside
+    the logits Avalanche keeps as ``mb_output``; None in training."""
+    task_labels = strategy.mb_task_id if hasattr(strategy.experience, "task_labels") else None
+    if strategy.is_training:
+        strategy.mb_routed_experts = None
+        return model(strategy.mb_x, task_labels)
+    logits, strategy.mb_routed_experts = model(strategy.mb_x, task_labels, return_experts=True)
+    return logits
 
 
 def narrow_parameters(parameters: Any) -> dict[torch.dtype, int]:

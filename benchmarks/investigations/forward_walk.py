@@ -161,7 +161,7 @@ def main() -> None:
                "one expert": (torch.stack([tests[0].dataset[i][0] for i in range(4)]), torch.zeros(4, dtype=torch.long))}
     for name, (images, tasks) in batches.items():
         calls = walk(strategy, images, tasks, tests[0])
-        routed = strategy.model.routed_experts
+        routed = strategy.mb_routed_experts
         functions = [call for call in calls if is_function(strategy, call[1])]
         print(f"\n{args.method}, router={args.router}, a batch routed to {name} "
               f"({routed.tolist() if routed is not None else '-'}): {len(functions)} functions "
