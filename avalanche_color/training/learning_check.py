@@ -198,16 +198,18 @@ class LearningCheck:
         samples = int(sum(per_class))
         accuracy = chance = margin = None
         at_chance = False
-        if samples:
-            accuracy = float(last.correct) / samples  # type: ignore[arg-type]
+        if samples and last.correct is not None:  # counted together with per_class, from the second step on
+            accuracy = float(last.correct) / samples
             chance = max(per_class) / samples
             margin = self.noise_sigmas * math.sqrt(chance * (1 - chance) / samples)
             at_chance = chance + margin < 1 and accuracy <= chance + margin
         first_loss = last_loss = None
         loss_did_not_fall = False
-        if self.epochs >= 2 and self.first.counted is not None and int(self.first.counted) and int(last.counted):
-            first_loss = float(self.first.loss) / int(self.first.counted)  # type: ignore[arg-type]
-            last_loss = float(last.loss) / int(last.counted)  # type: ignore[arg-type]
+        first = self.first
+        if (self.epochs >= 2 and first.loss is not None and first.counted is not None and last.loss is not None
+                and int(first.counted) and int(last.counted)):
+            first_loss = float(first.loss) / int(first.counted)
+            last_loss = float(last.loss) / int(last.counted)
             loss_did_not_fall = not last_loss < first_loss
         if not (at_chance or loss_did_not_fall):
             return None
