@@ -14,7 +14,8 @@ STAMP := $(VENV)/.installed
 	benchmarks-routing-tiny benchmarks-routing-small benchmarks-routing-pacs benchmarks-routing-digits \
 	benchmarks-lora-peers benchmarks-lora-peers-tiny benchmarks-lora-peers-small \
 	benchmarks-tuned benchmarks-tuned-tiny benchmarks-tuned-small benchmarks-vit-ti \
-	benchmarks-vit-ti-pacs benchmarks-vit-ti-tiny setup clean
+	benchmarks-vit-ti-pacs benchmarks-vit-ti-tiny benchmarks-vit-ti-beyond benchmarks-vit-ti-beyond-pacs \
+	benchmarks-vit-ti-beyond-tiny benchmarks-vit-ti-beyond-combined benchmarks-beyond-digits setup clean
 
 MAIN := --methods CoLoR Naive EWC LwF Replay --epochs 5 --batch-size 32 --rank 16 --k 10 --loggers \
 	--seeds 0 1 2 3 4 --baseline-seeds 0 1 2 3 4
@@ -164,6 +165,22 @@ benchmarks-vit-ti-beyond-tiny: $(STAMP)
 		--lr-from benchmarks/results/split_tiny_imagenet_vit_ti --name split_tiny_imagenet_vit_ti_beyond_routing
 	$(COMPARE) --benchmark split_tiny_imagenet --train-per-class 50 $(VIT_TI) --methods CoLoR-warm \
 		--name split_tiny_imagenet_vit_ti_beyond_warm
+
+# The two options that helped, together: the warm start's experts routed by the Gaussian router. It trains exactly
+# as CoLoR-warm, whose tuned lr it takes from that table's folder. After the lanes above.
+BEYOND_COMBINED := --methods CoLoR-gaussian-warm
+benchmarks-vit-ti-beyond-combined: $(STAMP)
+	$(COMPARE) --benchmark pacs --train-per-class 100 $(VIT_TI_CARRIED) $(BEYOND_COMBINED) \
+		--lr-from benchmarks/results/pacs_vit_ti_beyond_warm --name pacs_vit_ti_beyond_combined
+	$(COMPARE) --benchmark split_tiny_imagenet --train-per-class 50 $(VIT_TI_CARRIED) $(BEYOND_COMBINED) \
+		--lr-from benchmarks/results/split_tiny_imagenet_vit_ti_beyond_warm --name split_tiny_imagenet_vit_ti_beyond_combined
+
+# The same options on the digits streams at their tables' budget (untuned, as the other digits tables), beside the
+# paper's CoLoR and the Gaussian router: seconds a run.
+BEYOND_DIGITS := --methods CoLoR CoLoR-warm CoLoR-top2 CoLoR-rematch CoLoR-gaussian CoLoR-gaussian-warm --seeds 0 1 2 --resume
+benchmarks-beyond-digits: $(STAMP)
+	$(COMPARE) --benchmark digits_class $(DIGITS_BUDGET) $(BEYOND_DIGITS) --name digits_class_beyond
+	$(COMPARE) --benchmark digits_domain $(DIGITS_BUDGET) $(BEYOND_DIGITS) --name digits_domain_beyond
 
 # The paper's headline at the paper's budget (docs/benchmarks/budget.md): the paper's protocol (--preset paper: SGD
 # with cosine per experience, weight decay 2e-4, batch 128, rank 64, k 5 or 20, RandomResizedCrop and flip) on the

@@ -74,10 +74,13 @@ class FirstForwards(SupervisedPlugin):
             self.earlier.append([p.detach().clone() for e in range(new) for p in model.expert_parameters(e)])
 
 
-def test_in_a_domain_incremental_run_each_expert_starts_as_the_last_and_finished_ones_stay_as_they_were(tmp_path):
+# The paper's router, and the Gaussian one the runner's CoLoR-gaussian-warm composes it with.
+@pytest.mark.parametrize("router", ["prototypes", "gaussian"])
+def test_in_a_domain_incremental_run_each_expert_starts_as_the_last_and_finished_ones_stay_as_they_were(
+        tmp_path, router):
     benchmark = domain_stream(num_domains=3)
     seen = FirstForwards()
-    strategy = tiny_color(warm_start=True, plugins=[seen], **UNSATURATED)
+    strategy = tiny_color(warm_start=True, router=router, plugins=[seen], **UNSATURATED)
     train_all(strategy, benchmark)
     model = strategy.model
     assert len(seen.logits) == 2
@@ -91,7 +94,7 @@ def test_in_a_domain_incremental_run_each_expert_starts_as_the_last_and_finished
     folder = model.eval().save_pretrained(tmp_path / "warm")
     loaded = ExpertViT.from_pretrained(folder, tiny_vit())
     x = torch.cat([torch.stack([s[0] for s in e.dataset]) for e in benchmark.test_stream])
-    assert loaded.config.warm_start is True
+    assert loaded.config.warm_start is True and loaded.config.router == router
     with torch.no_grad():
         assert torch.equal(loaded(x), model(x))
     loaded_state, state = loaded.experts_state_dict(), model.experts_state_dict()

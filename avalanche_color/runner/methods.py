@@ -190,6 +190,11 @@ COLOR = (
     replace(_color("CoLoR-warm", "CoLoR, each new expert starting from the previous one (its head too where the "
                    "classes are the same)", routing_features="backbone", router="prototypes", warm_start=True),
             trains_as=""),
+    # The two that helped on the ViT-Ti tables together: the class-incremental streams' best router and the
+    # domain stream's experts. The router is fitted after an expert trains, so it trains exactly as CoLoR-warm.
+    replace(_color("CoLoR-gaussian-warm", "CoLoR-warm's experts routed by a Gaussian per (expert, class)",
+                   routing_features="backbone", router="gaussian", warm_start=True),
+            trains_as="CoLoR-warm"),
     _color("CoLoR-top2", "CoLoR, the router's two best experts run; the answer of the best confidence times router weight",
            routing_features="backbone", router="prototypes", top_m=2),
     _color("CoLoR-rematch", "CoLoR, the routed expert re-matched from its first prediction over every expert's head "
