@@ -176,11 +176,15 @@ benchmarks-vit-ti-beyond-combined: $(STAMP)
 		--lr-from benchmarks/results/split_tiny_imagenet_vit_ti_beyond_warm --name split_tiny_imagenet_vit_ti_beyond_combined
 
 # The same options on the digits streams at their tables' budget (untuned, as the other digits tables), beside the
-# paper's CoLoR and the Gaussian router: seconds a run.
+# paper's CoLoR and the Gaussian router, then those that learn otherwise than CoLoR tuned as the digits tuned tables
+# (beside their CoLoR): seconds a run.
 BEYOND_DIGITS := --methods CoLoR CoLoR-warm CoLoR-top2 CoLoR-rematch CoLoR-gaussian CoLoR-gaussian-warm --seeds 0 1 2 --resume
+BEYOND_DIGITS_TUNED := --methods CoLoR-warm CoLoR-gaussian CoLoR-gaussian-warm --tune lr --seeds 0 1 2 --resume
 benchmarks-beyond-digits: $(STAMP)
 	$(COMPARE) --benchmark digits_class $(DIGITS_BUDGET) $(BEYOND_DIGITS) --name digits_class_beyond
 	$(COMPARE) --benchmark digits_domain $(DIGITS_BUDGET) $(BEYOND_DIGITS) --name digits_domain_beyond
+	$(COMPARE) --benchmark digits_domain $(DIGITS_BUDGET) $(BEYOND_DIGITS_TUNED) --name digits_domain_beyond_tuned
+	$(COMPARE) --benchmark digits_class $(DIGITS_BUDGET) $(BEYOND_DIGITS_TUNED) --name digits_class_beyond_tuned
 
 # The paper's headline at the paper's budget (docs/benchmarks/budget.md): the paper's protocol (--preset paper: SGD
 # with cosine per experience, weight decay 2e-4, batch 128, rank 64, k 5 or 20, RandomResizedCrop and flip) on the
