@@ -5,9 +5,12 @@
     python -m benchmarks.perf.top_m rules                 # the rules on the tests' tiny streams (minutes on a CPU)
 
 ``cost`` times, interleaved in one process on the same batch (:mod:`benchmarks.perf.timing`), a plain ViT
-forward and CoLoR's routed evaluation forward with ``top_m`` = 1, 2, 3 and 5, and prints each as seconds per
-image and as ratios side by side: to m = 1, and to the plain forward. The ideal, one routing pass and m expert
-passes: (1 + m) / 2 times m = 1's cost, 1 + m plain forwards.
+forward and CoLoR's routed evaluation forward with ``top_m`` = 1, 2, 3 and 5 and with ``rematching="hybrid"``,
+and prints each as seconds per image and as ratios side by side: to m = 1, and to the plain forward. The ideal,
+one routing pass and m expert passes: (1 + m) / 2 times m = 1's cost, 1 + m plain forwards; re-matching's, one
+routing pass, one expert pass, and one more for the share of samples the direct step moves (d) and for the
+share the confidence step tries (c): (2 + d + c) / 2 and 2 + d + c. The model's experts have random weights, so
+their heads disagree at random and d and c are near their worst.
 
 ``rules`` trains tiny CoLoR (the tests' seeded 2-block ViT and streams, ``tests/streams.py``) once per seed,
 stream and router, and evaluates the trained model with m = 1 and with each rule of ``top_m_rule`` (and the entropy rule,
@@ -54,7 +57,20 @@ def cost(args: argparse.Namespace) -> None:
             model(x)
         return run
 
+    # HRM-PET's re-matching: one expert pass more for the samples its steps move or try, a share that depends on
+    # the experts (measured here on this batch, then timed as the evaluation forward).
+    configs["rematch"] = LoRAOptions.build(model.config, rematching="hybrid")
+    model.config = configs["rematch"]
+    with torch.inference_mode():
+        rematched = model.rematch(x)
+    moved, tried = (rematched.direct.float().mean().item(), rematched.low_confidence.float().mean().item())
+
+    def rematching() -> None:
+        model.config = configs["rematch"]
+        model(x)
+
     variants = {"plain": Variant(lambda: vit(x))} | {f"m={m}": Variant(routed(m)) for m in MS}
+    variants["rematch"] = Variant(rematching)
     with torch.inference_mode():
         rounds = interleaved(variants, args.rounds, device)
     print(f"\n{args.model}, batch {args.batch_size}, {args.experts} experts, rank {args.rank}, on {machine(device)}; "
@@ -67,6 +83,12 @@ def cost(args: argparse.Namespace) -> None:
         to_one = per_round(rounds, lambda t, name=name: t[name] / t["m=1"])
         to_plain = per_round(rounds, lambda t, name=name: t[name] / t["plain"])
         print(f"| {m} | {per_image.format(2)} | {to_one.format(2)} | {(1 + m) / 2:.1f} | {to_plain.format(2)} | {1 + m} |")
+    per_image = per_round(rounds, lambda t: 1000 * t["rematch"] / args.batch_size)
+    to_one = per_round(rounds, lambda t: t["rematch"] / t["m=1"])
+    to_plain = per_round(rounds, lambda t: t["rematch"] / t["plain"])
+    passes = 2 + moved + tried  # the routing pass, the routed expert's, the moved samples' and the tried ones'
+    print(f"| re-matching (hybrid): {100 * moved:.0f}% moved, {100 * tried:.0f}% tried | {per_image.format(2)} | "
+          f"{to_one.format(2)} | {passes / 2:.2f} | {to_plain.format(2)} | {passes:.2f} |")
 
 
 # ---------------------------------------------------------------------- the rules on the tests' tiny streams
