@@ -169,7 +169,8 @@ def plot(found: Sequence[Point], path: Optional[Path] = None, title: str = ""):
 
     columns = budgets(found)
     figure = Figure(figsize=(16, 5.2), layout="constrained")
-    axes = figure.subplots(1, 3)
+    # One percentage scale for the three panels, so that a flat routing line reads as flat, not zoomed into noise.
+    axes = figure.subplots(1, 3, sharey=True)
     lines = in_order(found)
     colours = {line: f"C{index % 10}" for index, line in enumerate(lines)}
     styles = {line: ("-", "o") if index < 10 else ("--", "s") for index, line in enumerate(lines)}
