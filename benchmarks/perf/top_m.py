@@ -49,14 +49,7 @@ def cost(args: argparse.Namespace) -> None:
                         CLASSES, k=5, device=device).eval()
     size = vit.patch_embed.img_size
     x = torch.randn(args.batch_size, 3, *size, generator=torch.Generator().manual_seed(0)).to(device)
-    configs = {m: LoRAOptions.build(model.config, top_m=m) for m in MS}
-
-    def routed(m: int):
-        def run() -> None:
-            model.config = configs[m]
-            model(x)
-        return run
-
+    configs: dict[object, LoRAOptions] = {m: LoRAOptions.build(model.config, top_m=m) for m in MS}
     # HRM-PET's re-matching: one expert pass more for the samples its steps move or try, a share that depends on
     # the experts (measured here on this batch, then timed as the evaluation forward).
     configs["rematch"] = LoRAOptions.build(model.config, rematching="hybrid")
@@ -65,30 +58,34 @@ def cost(args: argparse.Namespace) -> None:
         rematched = model.rematch(x)
     moved, tried = (rematched.direct.float().mean().item(), rematched.low_confidence.float().mean().item())
 
-    def rematching() -> None:
-        model.config = configs["rematch"]
-        model(x)
+    def evaluated_with(key: object):
+        def run() -> None:
+            model.config = configs[key]
+            model(x)
+        return run
 
-    variants = {"plain": Variant(lambda: vit(x))} | {f"m={m}": Variant(routed(m)) for m in MS}
-    variants["rematch"] = Variant(rematching)
+    variants = {"plain": Variant(lambda: vit(x))} | {f"m={m}": Variant(evaluated_with(m)) for m in MS}
+    variants["rematch"] = Variant(evaluated_with("rematch"))
     with torch.inference_mode():
         rounds = interleaved(variants, args.rounds, device)
+
+    def measured(name: str) -> list[str]:
+        """Milliseconds per image, and the time over m = 1's and over the plain forward's, each as a cell."""
+        ratios = (per_round(rounds, lambda t: 1000 * t[name] / args.batch_size),
+                  per_round(rounds, lambda t: t[name] / t["m=1"]), per_round(rounds, lambda t: t[name] / t["plain"]))
+        return [ratio.format(2) for ratio in ratios]
+
     print(f"\n{args.model}, batch {args.batch_size}, {args.experts} experts, rank {args.rank}, on {machine(device)}; "
           f"median (min-max) over {args.rounds} rounds\n")
     print("| m | ms per image | / m = 1 | ideal (1 + m) / 2 | / plain forward | ideal 1 + m |")
     print("|---|---|---|---|---|---|")
     for m in MS:
-        name = f"m={m}"
-        per_image = per_round(rounds, lambda t, name=name: 1000 * t[name] / args.batch_size)
-        to_one = per_round(rounds, lambda t, name=name: t[name] / t["m=1"])
-        to_plain = per_round(rounds, lambda t, name=name: t[name] / t["plain"])
-        print(f"| {m} | {per_image.format(2)} | {to_one.format(2)} | {(1 + m) / 2:.1f} | {to_plain.format(2)} | {1 + m} |")
-    per_image = per_round(rounds, lambda t: 1000 * t["rematch"] / args.batch_size)
-    to_one = per_round(rounds, lambda t: t["rematch"] / t["m=1"])
-    to_plain = per_round(rounds, lambda t: t["rematch"] / t["plain"])
+        per_image, to_one, to_plain = measured(f"m={m}")
+        print(f"| {m} | {per_image} | {to_one} | {(1 + m) / 2:.1f} | {to_plain} | {1 + m} |")
+    per_image, to_one, to_plain = measured("rematch")
     passes = 2 + moved + tried  # the routing pass, the routed expert's, the moved samples' and the tried ones'
-    print(f"| re-matching (hybrid): {100 * moved:.0f}% moved, {100 * tried:.0f}% tried | {per_image.format(2)} | "
-          f"{to_one.format(2)} | {passes / 2:.2f} | {to_plain.format(2)} | {passes:.2f} |")
+    print(f"| re-matching (hybrid): {100 * moved:.0f}% moved, {100 * tried:.0f}% tried | {per_image} | {to_one} | "
+          f"{passes / 2:.2f} | {to_plain} | {passes:.2f} |")
 
 
 # ---------------------------------------------------------------------- the rules on the tests' tiny streams
