@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from avalanche_color import CheckpointError, ResumePlugin, SPrompts, read_checkpoint, train_stream
+from avalanche_color import CheckpointError, ResumePlugin, SPrompts, TrainingProgress, read_checkpoint, train_stream
 from avalanche_color.training.resume import read_header
 from checkpointed_run import KILL_IN_EXPERIENCE, run
 from helpers import quiet_evaluator, tiny_color, tiny_vit
@@ -182,6 +182,34 @@ def test_an_exception_mid_experience_then_resume_equals_an_uninterrupted_run(tmp
     resumed = strategy()
     assert train_stream(resumed, benchmark, checkpoint=path, every_n_epochs=1) == expected
     assert same_state(resumed.model.experts_state_dict(), full_state)
+
+
+class ShownProgress(TrainingProgress):
+    """What the bar shows at the start of each epoch: (experience, the epoch's label, the bar's total)."""
+
+    def __init__(self) -> None:
+        super().__init__("CoLoR", num_experiences=3)
+        self.shown: list[tuple[int, str, int]] = []
+
+    def before_training_epoch(self, strategy, **kwargs):
+        super().before_training_epoch(strategy, **kwargs)
+        self.shown.append((int(strategy.experience.current_experience), self.bar.postfix, self.bar.total))
+
+
+def test_a_run_resumed_inside_an_experience_shows_the_epochs_left_named_as_in_the_whole_experience(tmp_path):
+    benchmark = class_stream(num_experiences=3, per_class=10)
+    path = tmp_path / "crashed.ckpt"
+    with pytest.raises(KeyboardInterrupt):
+        train_stream(tiny_color(train_epochs=3, train_mb_size=10, k=2, plugins=[CrashAfter(experience=1, epochs=2)]),
+                     benchmark, checkpoint=path, every_n_epochs=1)
+    progress = ShownProgress()
+    train_stream(tiny_color(train_epochs=3, train_mb_size=10, k=2, plugins=[progress]), benchmark, checkpoint=path,
+                 every_n_epochs=1)
+    batches = 2  # 20 images of the experience's 2 classes, batches of 10
+    # Experience 1 stopped after its first epoch: its bar counts the 2 epochs left, named 2 and 3 of 3.
+    assert progress.shown == [(1, "epoch 2/3", 2 * batches), (1, "epoch 3/3", 2 * batches),
+                              (2, "epoch 1/3", 3 * batches), (2, "epoch 2/3", 3 * batches),
+                              (2, "epoch 3/3", 3 * batches)]
 
 
 def test_s_prompts_resumes_mid_experience_as_if_uninterrupted(tmp_path):

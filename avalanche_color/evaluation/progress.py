@@ -32,20 +32,29 @@ class TrainingProgress(SupervisedPlugin):
         self.num_experiences = num_experiences
         self.position = position
         self.bar: Optional[tqdm] = None
-        self._epochs = 0
+        self._epochs = 0  # the experience's epochs, those done before a resume included
+        self._skipped = 0  # done before a resume inside the experience
 
     def before_training_exp(self, strategy: "SupervisedTemplate", **kwargs: Any) -> None:
         self._close()
-        self._epochs = int(strategy.train_epochs)
+
+    def before_training_epoch(self, strategy: "SupervisedTemplate", **kwargs: Any) -> None:
+        if self.bar is None:  # the experience's first epoch: every plugin has set up its training by now
+            self._open(strategy)
+        epoch = self._skipped + strategy.clock.train_exp_epochs + 1
+        self.bar.set_postfix_str(f"epoch {epoch}/{self._epochs}")  # once an epoch: shown at once
+
+    def _open(self, strategy: "SupervisedTemplate") -> None:
+        # A run resumed inside the experience trains only the epochs left (strategy.train_epochs): the bar
+        # counts those, and names the epochs as the whole experience does.
+        self._skipped = sum(getattr(plugin, "epochs_skipped", 0) for plugin in strategy.plugins)
+        left = int(strategy.train_epochs)
+        self._epochs = self._skipped + left
         per_epoch = len(strategy.dataloader) if hasattr(strategy.dataloader, "__len__") else None
-        total = None if per_epoch is None else per_epoch * self._epochs
+        total = None if per_epoch is None else per_epoch * left
         experience = int(strategy.experience.current_experience) + 1
         self.bar = tqdm(total=total, desc=f"{self.label}: experience {experience}/{self.num_experiences}",
                         unit="it", leave=False, position=self.position, dynamic_ncols=True)
-
-    def before_training_epoch(self, strategy: "SupervisedTemplate", **kwargs: Any) -> None:
-        if self.bar is not None:
-            self.bar.set_postfix_str(f"epoch {strategy.clock.train_exp_epochs + 1}/{self._epochs}")  # once an epoch: shown at once
 
     def after_training_iteration(self, strategy: "SupervisedTemplate", **kwargs: Any) -> None:
         if self.bar is not None:

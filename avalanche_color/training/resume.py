@@ -318,6 +318,13 @@ class ResumePlugin(SupervisedPlugin):
         self._fingerprint: Optional[tuple[int, str]] = None  # (id of the model, digest): the backbone is frozen
         self._pending: Optional[Checkpoint] = None  # a mid-experience state to apply when training resumes
         self._full_train_epochs: Optional[int] = None
+        self._epochs_skipped = 0
+
+    @property
+    def epochs_skipped(self) -> int:
+        """The current experience's epochs that finished before the resume, not trained again (0 where training
+        did not resume inside it): a progress bar counts from there (:class:`~avalanche_color.TrainingProgress`)."""
+        return self._epochs_skipped
 
     # ------------------------------------------------------------------ saving
 
@@ -345,13 +352,13 @@ class ResumePlugin(SupervisedPlugin):
     def before_training_exp(self, strategy: "SupervisedTemplate", **kwargs: Any) -> None:
         pending = self._pending
         if pending is None or strategy.experience.current_experience != pending.experiences_done:
-            self._epochs_done = 0
+            self._epochs_done = self._epochs_skipped = 0
             return
         # Resuming inside this experience: the optimiser was just rebuilt for its expert.
         strategy.optimizer.load_state_dict(pending.optimizer)
         if pending.lr_scheduler is not None and getattr(strategy, "lr_scheduler", None) is not None:
             strategy.lr_scheduler.load_state_dict(pending.lr_scheduler)
-        self._epochs_done = pending.epochs_done
+        self._epochs_done = self._epochs_skipped = pending.epochs_done
         self._full_train_epochs = strategy.train_epochs
         strategy.train_epochs = strategy.train_epochs - pending.epochs_done  # only the epochs left
 
@@ -371,6 +378,7 @@ class ResumePlugin(SupervisedPlugin):
         if self._full_train_epochs is not None:
             strategy.train_epochs = self._full_train_epochs
             self._full_train_epochs = None
+        self._epochs_skipped = 0
         self.experiences_done = int(strategy.experience.current_experience) + 1
         self.save(strategy)
 
