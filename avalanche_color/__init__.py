@@ -168,6 +168,7 @@ if TYPE_CHECKING:  # the public names (see _public_names), imported eagerly for 
     from avalanche_color.training.loaders import data_loader as data_loader
     from avalanche_color.training.loaders import loader_options as loader_options
     from avalanche_color.training.resume import train_stream as train_stream
+    from avalanche_color.training.shared_experts import evaluate_trained_experts as evaluate_trained_experts
     from avalanche_color.training.resume import ResumePlugin as ResumePlugin
     from avalanche_color.training.router_fitting import RouterFitting as RouterFitting
     from avalanche_color.training.strategy import StrategyBase as StrategyBase

@@ -63,6 +63,14 @@ def test_the_tables_give_a_column_per_budget_a_level_for_training_free_methods_a
     assert "CPU time of every run above: 3.0 h." in page
 
 
+def test_a_variant_evaluated_on_colors_experts_says_so_beside_its_cpu_time(tmp_path):
+    oracle = {**run("CoLoR-oracle", rank=64, routing=1.0), "trained_by": "CoLoR", "cpu_seconds": 36.0}
+    comparison(tmp_path, "e20_color_routers", 20, [run("CoLoR", rank=64, routing=0.5), oracle])
+    table = markdown(points(tmp_path), "pacs")
+    assert "| CoLoR-oracle r=64 | 20 | all | 0 | 0.01 | --tune lr | 0.01 (evaluated on CoLoR's experts) |" in table
+    assert "| CoLoR r=64 | 20 | all | 0 | 0.01 | --tune lr | 0.50 |" in table
+
+
 def test_the_command_writes_the_page_and_the_plot_and_refuses_an_empty_folder(budget, tmp_path, capsys):
     budget_curves.main([str(budget)])
     assert (budget / "budget.md").read_text().startswith("# ")

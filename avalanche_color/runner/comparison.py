@@ -38,7 +38,8 @@ from avalanche_color.runner.methods import REGISTRY, method
 from avalanche_color.runner.provenance import (check_folder, code_commit, complete_attempt, describe_machine,
                                                provenance, start_attempt)
 from avalanche_color.runner.report import markdown_table, summary_rows, write_results
-from avalanche_color.runner.run import LearningRate, PlannedRun, build_stream, epoch_batches, run_method, slug
+from avalanche_color.runner.run import (LearningRate, PlannedRun, Trained, build_stream, epoch_batches, run_method,
+                                       run_record_path, slug)
 
 
 # ---------------------------------------------------------------------- the plan
@@ -358,6 +359,37 @@ def chosen(choices: dict[str, Choice], name: str) -> LearningRate | None:
 # ---------------------------------------------------------------------- --lr-from: a tuned choice carried
 
 
+def followed_runs(plan: list[PlannedRun], lrs: dict[PlannedRun, Optional[LearningRate]]) -> dict[PlannedRun, PlannedRun]:
+    """Each planned run whose training is another planned run's, and that run: a method that trains as another
+    (``Method.trains_as``: a CoLoR variant, which differs from CoLoR in how it routes alone) and that method with
+    the same seed, rank, k and learning rate. The follower takes its experts and evaluates them under its own
+    router, the same records as training them again (tests/test_shared_experts.py), at the cost of an
+    evaluation. Under torchrun every run trains on its own."""
+    if DistributedHelper.is_distributed:
+        return {}
+    runs = {(planned.method, planned.seed, planned.rank, planned.k): planned for planned in plan}
+    follows = {}
+    for planned in plan:
+        source = runs.get((method(planned.method).trains_as, planned.seed, planned.rank, planned.k))
+        if source is not None and _value(lrs[planned]) == _value(lrs[source]):
+            follows[planned] = source
+    return follows
+
+
+def _value(lr: Optional[LearningRate]) -> Optional[float]:
+    return None if lr is None else lr.value
+
+
+def run_order(plan: list[PlannedRun], follows: dict[PlannedRun, PlannedRun]) -> list[PlannedRun]:
+    """The plan's runs in the order they run: each followed run, then at once the runs that follow it (so one
+    trained model at a time is held); the results keep the plan's order."""
+    order = []
+    for planned in plan:
+        if planned not in follows:
+            order += [planned, *(run for run in plan if follows.get(run) == planned)]
+    return order
+
+
 def carried_learning_rates(config: RunConfig) -> dict[str, LearningRate]:
     """The learning rate each method of ``config`` takes from ``--lr-from``'s comparisons: the choice of the
     first of them that tuned it, or, for a method that trains as another (a CoLoR variant), that method's.
@@ -420,16 +452,26 @@ def compare(config: RunConfig, ready: Prepared, progress: bool) -> dict[str, Any
     attempt = start_attempt(out, ready.record, config.resume) if main_process else out / "attempt"
     choices = (tune_learning_rates(config, ready, attempt, progress and main_process)
                if config.tune is not None else {})
-    runs = []
+    lrs = {planned: chosen(choices, planned.method) or ready.carried.get(planned.method) for planned in ready.plan}
+    follows = followed_runs(ready.plan, lrs)
+    trained: dict[PlannedRun, Trained] = {}  # the run whose followers run next, while they do
+    records: dict[PlannedRun, dict[str, Any]] = {}
     with tqdm(total=len(ready.plan), desc=f"{config.benchmark}: runs", unit="run",
               disable=not (progress and main_process)) as bar:
-        for planned in ready.plan:
+        for planned in run_order(ready.plan, follows):
             bar.set_postfix_str(f"{planned.label}, seed {planned.seed}")
             stream = ready.streams[(planned.seed, method(planned.method).task_labels)]
-            runs.append(run_method(planned, stream, ready.spec, ready.backbone, config, ready.device, attempt,
-                                   lr=chosen(choices, planned.method) or ready.carried.get(planned.method),
-                                   progress=progress and main_process))
+            followers = [run for run, source in follows.items() if source == planned
+                         and not (config.resume and run_record_path(attempt, run).exists())]
+            if planned not in follows:
+                trained.clear()
+            records[planned] = run_method(
+                planned, stream, ready.spec, ready.backbone, config, ready.device, attempt, lr=lrs[planned],
+                progress=progress and main_process, follow=trained.get(follows.get(planned)),
+                keep=(lambda run, key=planned: trained.__setitem__(key, run)) if followers else None)
             bar.update()
+    trained.clear()
+    runs = [records[planned] for planned in ready.plan]
 
     # The workers used (--workers' default depends on the device), so a results file says what ran.
     batches = max(epoch_batches(stream, config.batch_size) for stream in ready.streams.values())

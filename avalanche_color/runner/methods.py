@@ -91,7 +91,8 @@ class Method:
     ``lr_chosen_by``: how the method's learning rate was chosen, recorded beside it in every run's record
     (empty: nothing trains by gradient). ``trains_as``: the method whose training this one's is, exactly (the
     CoLoR variants differ from CoLoR only in how they route), so that ``--lr-from`` may carry that method's
-    tuned learning rate to it.
+    tuned learning rate to it, and a comparison that runs both evaluates it on that method's trained experts
+    (:func:`~avalanche_color.runner.comparison.followed_runs`).
     """
 
     name: str

@@ -19,8 +19,8 @@ from avalanche.training.plugins import EvaluationPlugin
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.models.vision_transformer import VisionTransformer
 
-from avalanche_color import (LearningCheckPlugin, TrainingProgress, backbone_data_config, experience_classes,
-                             routing_accuracy_metrics, train_stream, write_atomically)
+from avalanche_color import (LearningCheckPlugin, TrainingProgress, backbone_data_config, evaluate_trained_experts,
+                             experience_classes, routing_accuracy_metrics, train_stream, write_atomically)
 from avalanche_color.benchmarks.registry import BenchmarkSpec, benchmark_spec
 from avalanche_color.benchmarks.requests import StreamRequest
 from avalanche_color.runner.backbone_loading import with_head
@@ -153,29 +153,45 @@ def checked(strategy: Any) -> LearningCheckPlugin:
     return plugin
 
 
+class Trained(NamedTuple):
+    """A finished run's trained strategy and its record: what a run whose training is the same one follows."""
+
+    strategy: Any
+    record: dict[str, Any]
+
+
 def run_method(planned: PlannedRun, benchmark, spec: BenchmarkSpec, backbone: VisionTransformer, config: RunConfig,
-               device: str, attempt: Path, lr: Optional[LearningRate] = None, progress: bool = False) -> dict[str, Any]:
+               device: str, attempt: Path, lr: Optional[LearningRate] = None, progress: bool = False,
+               follow: Optional[Trained] = None, keep: Optional[Callable[[Trained], None]] = None) -> dict[str, Any]:
     """Trains and evaluates one planned run in the ``attempt`` folder; returns its record. ``lr``: a learning
     rate in place of the method's own (a tuned one); ``progress``: a bar per training experience, with the
-    epoch, iteration and ETA (:class:`~avalanche_color.TrainingProgress`)."""
+    epoch, iteration and ETA (:class:`~avalanche_color.TrainingProgress`).
+
+    ``follow``: the run whose training this one's is (a CoLoR variant's, CoLoR's with the same seed, rank, k and
+    lr): its experts are taken, not trained again, and this run's own router evaluates them
+    (:func:`~avalanche_color.evaluate_trained_experts`). ``keep``: given the trained strategy and the record once
+    the run ends, for the runs that follow it; a run finished before an interruption is then resumed from its
+    checkpoint (its record kept as it was), or trained again where it has none."""
     entry = method(planned.method)
     name = f"{slug(planned.label)}_seed{planned.seed}"
-    record = attempt / "runs" / f"{name}.json"
-    if config.resume and record.exists():  # finished before the interruption
-        return json.loads(record.read_text())
+    record = run_record_path(attempt, planned)
+    finished = json.loads(record.read_text()) if config.resume and record.exists() else None
+    if finished is not None and keep is None:  # finished before the interruption
+        return finished
     RNGManager.set_random_seeds(planned.seed)
     main_process = DistributedHelper.is_main_process  # True when not distributed
     with ExitStack() as stack:
-        # Under torchrun the metrics are gathered on every rank; rank 0 alone logs them.
-        loggers = (avalanche_loggers(config.loggers, attempt / "logs" / name, stack, append=config.resume)
-                   if main_process else [])
+        # Under torchrun the metrics are gathered on every rank; rank 0 alone logs them. A finished run resumed
+        # only to be followed logs nothing again.
+        logs = main_process and finished is None
+        loggers = avalanche_loggers(config.loggers, attempt / "logs" / name, stack, append=config.resume) if logs else []
         # The method's options depend on the settings, rank and k alone: W&B records them as the run's config.
         options = entry.options(MethodRun(config, planned.rank, planned.k, spec.num_classes, with_head, {},
                                           num_experiences=len(benchmark.train_stream)))
         if lr is not None:
             options = {**options, "lr": lr.value}
         # W&B's files go straight to the output folder (not the attempt), so the run folder W&B prints stays.
-        wandb = wandb_logger(config, planned, options, config.output_folder) if main_process else None
+        wandb = wandb_logger(config, planned, options, config.output_folder) if logs else None
         if wandb is not None:
             loggers.append(stack.enter_context(wandb))  # finished even if training fails
         strategy = entry.build_strategy(method_run(planned, backbone, spec, config, device, loggers,
@@ -194,10 +210,13 @@ def run_method(planned: PlannedRun, benchmark, spec: BenchmarkSpec, backbone: Vi
         # Every method, Avalanche's strategies too, loads with --workers worker processes.
         workers = config.loader_workers(str(device), epoch_batches(benchmark, config.batch_size))
         loaders = dict(num_workers=workers, persistent_workers=workers > 0)
+        evaluate = None if spec.paired_test_stream else evaluate_whole_stream(benchmark, loaders)
         if entry.joint:
             records = [train_jointly(strategy, benchmark, loaders)]
+        elif follow is not None:
+            records = evaluate_trained_experts(strategy, follow.strategy, benchmark, evaluate=evaluate,
+                                               loader_options=loaders)
         else:
-            evaluate = None if spec.paired_test_stream else evaluate_whole_stream(benchmark, loaders)
             records = train_stream(strategy, benchmark, checkpoint=checkpoint, resume=config.resume,
                                    every_n_epochs=config.checkpoint_epochs if checkpoint else None,
                                    evaluate=evaluate, loader_options=loaders)
@@ -218,18 +237,30 @@ def run_method(planned: PlannedRun, benchmark, spec: BenchmarkSpec, backbone: Vi
             "lr": learning_rate(strategy, options),
             "lr_chosen_by": lr.chosen_by if lr is not None else entry.lr_chosen_by or None,
             # Each experience whose training accuracy was no better than chance or whose loss did not fall.
-            "learned_nothing": [finding.record() for finding in learning.findings],
+            "learned_nothing": (follow.record["learned_nothing"] if follow is not None
+                                else [finding.record() for finding in learning.findings]),
             "trainable_parameters_per_experience": trainable_parameters_per_experience(strategy,
                                                                                        benchmark.train_stream[0]),
-            "wall_seconds": time.perf_counter() - wall,
+            "wall_seconds": time.perf_counter() - wall,  # a follower's: its evaluation alone
             "cpu_seconds": time.process_time() - cpu,
         }
-        if wandb is not None:
+        if follow is not None:
+            result["trained_by"] = follow.record["label"]
+        if finished is not None:  # resumed only to be followed: the record of its training stands
+            result = finished
+        elif wandb is not None:
             wandb.run.summary.update({key: value for key, value in result.items()
                                       if isinstance(value, (int, float))})
-    if main_process:
+        if keep is not None:
+            keep(Trained(strategy, result))
+    if main_process and finished is None:
         write_atomically(record, (json.dumps(result, indent=2) + "\n").encode())
     return result
+
+
+def run_record_path(attempt: Path, planned: PlannedRun) -> Path:
+    """Where ``planned``'s record is written in the ``attempt`` folder once it has finished."""
+    return attempt / "runs" / f"{slug(planned.label)}_seed{planned.seed}.json"
 
 
 def trainable_parameters_per_experience(strategy: Any, first_experience: Optional[Any] = None) -> int:

@@ -481,7 +481,7 @@ def train_stream(
         one record per training experience, those restored from the checkpoint included.
     """
     loader_options = dict(loader_options or {})
-    evaluate = evaluate or _evaluate_seen(benchmark, loader_options)
+    evaluate = evaluate or evaluate_seen(benchmark, loader_options)
     stream = benchmark.train_stream
     plugin = _resume_plugin(checkpoint, every_n_epochs)
     if plugin is None:
@@ -517,7 +517,8 @@ def _train_and_evaluate(strategy: "SupervisedTemplate", experience: Any, index: 
     return evaluate(strategy, index)
 
 
-def _evaluate_seen(benchmark: Any, loader_options: Mapping[str, Any]) -> Evaluate:
+def evaluate_seen(benchmark: Any, loader_options: Mapping[str, Any]) -> Evaluate:
+    """train_stream's default evaluation: after experience i, the numeric metrics of the test experiences seen."""
     def evaluate(strategy: "SupervisedTemplate", index: int) -> Record:
         metrics = strategy.eval(benchmark.test_stream[: index + 1], **loader_options)
         return {name: value for name, value in metrics.items()

@@ -209,7 +209,7 @@ class PrototypeRouterPlugin(SupervisedPlugin, supports_distributed=True):
         model = _routed(strategy.model)
         expert = self.fitting.current_expert(model)
         if expert is not None and not self.fitting.fitted_for_good(model, expert):
-            self.fitting.fit(model, expert, **self._fit_options(strategy, kwargs))
+            self.fitting.fit(model, expert, **self.fit_options(strategy, kwargs))
 
     def after_training_exp(self, strategy: "SupervisedTemplate", **kwargs: Any) -> None:
         model = _routed(strategy.model)
@@ -217,10 +217,10 @@ class PrototypeRouterPlugin(SupervisedPlugin, supports_distributed=True):
         if expert is None or not self.fitting.ends_experience(strategy.experience):
             return  # the expert learns the next chunk of its experience first
         if not self.fitting.fitted_for_good(model, expert):
-            self.fitting.fit(model, expert, **self._fit_options(strategy, kwargs))
+            self.fitting.fit(model, expert, **self.fit_options(strategy, kwargs))
         self.fitting.finish(model, expert)
 
-    def _fit_options(self, strategy: "SupervisedTemplate", call_options: dict[str, Any]) -> dict[str, Any]:
+    def fit_options(self, strategy: "SupervisedTemplate", call_options: dict[str, Any]) -> dict[str, Any]:
         """The fit's arguments from the strategy and ``call_options``, the keywords of its ``train``/``eval``
         call (its ``num_workers``, ``pin_memory`` and ``persistent_workers`` set the loader)."""
         return dict(batch_size=self.config.prototype_batch_size or strategy.eval_mb_size or strategy.train_mb_size,

@@ -47,6 +47,7 @@ class Point:
     lrs: tuple[Optional[float], ...]
     lr_chosen_by: Optional[str]
     cpu_seconds: float
+    trained_by: Optional[str]  # evaluated on that line's experts, not trained (a CoLoR variant beside CoLoR)
     comparison: str  # the folder's name under the budget folder
     finished: bool  # False: the comparison is still running, these are its runs so far
 
@@ -83,7 +84,8 @@ def points(folder: Path) -> list[Point]:
                 diagonal=tuple(diagonal(run, sizes) for run in group),
                 routing=tuple(run.get("routing_accuracy") for run in group),
                 lrs=tuple(run.get("lr") for run in group), lr_chosen_by=group[0].get("lr_chosen_by"),
-                cpu_seconds=sum(run["cpu_seconds"] for run in group), comparison=path.name, finished=finished))
+                cpu_seconds=sum(run["cpu_seconds"] for run in group), trained_by=group[0].get("trained_by"),
+                comparison=path.name, finished=finished))
     return result
 
 
@@ -142,8 +144,13 @@ def points_table(found: Sequence[Point]) -> str:
         chosen = (point.lr_chosen_by or "-").split(":")[0]
         rows.append(f"| {point.line} | {point.epochs or 'any'} | {point.images or 'all'} | "
                     f"{' '.join(map(str, point.seeds))} | {', '.join(lrs)} | {chosen} | "
-                    f"{point.cpu_seconds / 3600:.2f} | {point.comparison}{'' if point.finished else ' (running)'} |")
+                    f"{point.cpu_seconds / 3600:.2f}{on_experts(point)} | {point.comparison}{'' if point.finished else ' (running)'} |")
     return "\n".join(rows)
+
+
+def on_experts(point: Point) -> str:
+    """Where a point evaluated another run's experts: whose (its CPU time is the evaluation's alone)."""
+    return f" (evaluated on {point.trained_by}'s experts)" if point.trained_by else ""
 
 
 def markdown(found: Sequence[Point], title: str) -> str:
