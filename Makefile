@@ -214,15 +214,17 @@ BUDGET_BASELINES := Naive Replay NCM RanPAC
 .PHONY: budget-pacs-color budget-pacs-s-prompts budget-pacs-seeds budget-pacs-peers budget-pacs-baselines budget-tiny-color \
 	budget-tiny-s-prompts budget-tiny-peers budget-tiny-baselines
 
-# Lane 1: CoLoR at rank 64 (the paper's) and 8 (the ViT-Ti tables'), then its routers' variants at 20 epochs.
+# Lane 1: CoLoR at rank 64 (the paper's) and 8 (the ViT-Ti tables'), then its routers' variants at 20 epochs: one
+# CoLoR training, each variant evaluated on its experts (the runner's "variants on one training"), whose CoLoR run
+# repeats e20_color's rank-64 one at a later commit.
 budget-pacs-color: $(STAMP)
 	$(BUDGET_PACS) --methods CoLoR --rank 64 8 --epochs 5 --tune lr $(BUDGET_GRID) --name e05_color
 	$(BUDGET_PACS) --methods CoLoR --rank 64 8 --epochs 2 --lr-from $(PACS_TUNED)color --name e02_color
 	$(BUDGET_PACS) --methods CoLoR --rank 64 8 --epochs 20 --lr-from $(PACS_TUNED)color --name e20_color
 	$(BUDGET_PACS) --methods CoLoR --rank 64 --epochs 10 --lr-from $(PACS_TUNED)color --name e10_color
 	$(BUDGET_PACS) --methods CoLoR --rank 64 --epochs 50 --lr-from $(PACS_TUNED)color --name e50_color
-	$(BUDGET_PACS) --methods CoLoR-oracle CoLoR-gaussian --rank 64 --epochs 20 --lr-from $(PACS_TUNED)color \
-		--name e20_color_routers
+	$(BUDGET_PACS) --methods CoLoR CoLoR-oracle CoLoR-gaussian CoLoR-top2 CoLoR-rematch --rank 64 --epochs 20 \
+		--lr-from $(PACS_TUNED)color --name e20_color_routers
 
 # Lane 2: S-Prompts, the paper's rival, at every budget.
 budget-pacs-s-prompts: $(STAMP)
@@ -254,8 +256,8 @@ budget-pacs-baselines: $(STAMP)
 # Split Tiny-ImageNet: CoLoR and S-Prompts at 2, 5 and 10 epochs, the others at 5 and 10.
 budget-tiny-color: $(STAMP)
 	$(BUDGET_TINY) --methods CoLoR --rank 64 8 --epochs 5 --tune lr $(BUDGET_GRID) --name e05_color
-	$(BUDGET_TINY) --methods CoLoR CoLoR-oracle CoLoR-gaussian --rank 64 --epochs 10 --lr-from $(TINY_TUNED)color \
-		--name e10_color
+	$(BUDGET_TINY) --methods CoLoR CoLoR-oracle CoLoR-gaussian CoLoR-top2 CoLoR-rematch --rank 64 --epochs 10 \
+		--lr-from $(TINY_TUNED)color --name e10_color
 	$(BUDGET_TINY) --methods CoLoR --rank 64 --epochs 2 --lr-from $(TINY_TUNED)color --name e02_color
 
 budget-tiny-s-prompts: $(STAMP)
