@@ -71,6 +71,18 @@ def test_a_variant_evaluated_on_colors_experts_says_so_beside_its_cpu_time(tmp_p
     assert "| CoLoR r=64 | 20 | all | 0 | 0.01 | --tune lr | 0.50 |" in table
 
 
+def test_a_point_measured_again_is_shown_once_and_checked_against_the_first(tmp_path):
+    comparison(tmp_path, "e20_color", 20, [run("CoLoR", rank=64)])
+    comparison(tmp_path, "e20_color_routers", 20, [run("CoLoR", rank=64, matrix=[[0.5, None], [0.5, 0.75]]),
+                                                    run("CoLoR-oracle", rank=64)])
+    found = points(tmp_path)
+    assert metric_table(found[:1] + found[2:], "final") == metric_table(budget_curves.first_measured(found), "final")
+    assert "| CoLoR r=64 | 50.0 |" in metric_table(budget_curves.first_measured(found), "final")
+    page = markdown(found, "pacs")
+    assert "| CoLoR r=64 | 20 | e20_color | 50.0 | e20_color_routers | 62.5 | +12.50 |" in page
+    assert "| CoLoR-oracle r=64 | 20 |" not in page.split("## Points measured again")[1]
+
+
 def test_the_command_writes_the_page_and_the_plot_and_refuses_an_empty_folder(budget, tmp_path, capsys):
     budget_curves.main([str(budget)])
     assert (budget / "budget.md").read_text().startswith("# ")

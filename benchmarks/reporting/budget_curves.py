@@ -89,6 +89,27 @@ def points(folder: Path) -> list[Point]:
     return result
 
 
+def first_measured(found: Sequence[Point]) -> list[Point]:
+    """The points the tables and plot show: each line's first at each budget and training-image count (in the order
+    of the comparisons' names); a later one is a repeat (:func:`repeats`)."""
+    seen: set[tuple[str, Optional[int], Optional[int]]] = set()
+    first = []
+    for point in found:
+        key = (point.line, point.epochs, point.images)
+        if key not in seen:
+            seen.add(key)
+            first.append(point)
+    return first
+
+
+def repeats(found: Sequence[Point]) -> list[tuple[Point, Point]]:
+    """Each point measured again in a later comparison (e.g. CoLoR beside the variants it trains for), with the
+    first: a check that the same settings give the same result."""
+    first = {(point.line, point.epochs, point.images): point for point in reversed(first_measured(found))}
+    shown = set(map(id, first.values()))
+    return [(first[(point.line, point.epochs, point.images)], point) for point in found if id(point) not in shown]
+
+
 def line_of(run: dict[str, Any]) -> str:
     """The line a run belongs to: its method, and its rank where it has one."""
     return run["method"] + (f" r={run['rank']}" if run.get("rank") else "")
@@ -159,12 +180,25 @@ def markdown(found: Sequence[Point], title: str) -> str:
              "Made by `python -m benchmarks.reporting.budget_curves` from the comparisons in this folder; "
              "mean ± std over seeds where there are several, in %."
              + (" `*`: a comparison still running (its runs so far)." if running else ""), ""]
+    shown = first_measured(found)
     for metric, about in (("final", "Average accuracy after the last experience"),
                           ("diagonal", "Diagonal: each experience's accuracy right after its own training"),
                           ("routing", "Routing accuracy: test samples sent to their experience's expert")):
-        parts += [f"## {about}", "", metric_table(found, metric), ""]
+        parts += [f"## {about}", "", metric_table(shown, metric), ""]
     total = sum(point.cpu_seconds for point in found) / 3600
     parts += ["## The points", "", points_table(found), "", f"CPU time of every run above: {total:.1f} h.", ""]
+    again = repeats(found)
+    if again:
+        parts += ["## Points measured again", "", "The tables show the first; a later comparison's run of the same "
+                  "method, budget and training images is a check of it (`trained_by` aside, the same settings).", "",
+                  "| method | epochs | first | average accuracy | again in | average accuracy | difference |",
+                  "|---|---|---|---|---|---|---|"]
+        for first, repeat in again:
+            difference = statistics.fmean(repeat.final) - statistics.fmean(first.final)
+            parts.append(f"| {first.line} | {first.epochs or 'any'} | {first.comparison} | {cell(first.final)} | "
+                         f"{repeat.comparison} | {cell(repeat.final)} | "
+                         f"{'none' if difference == 0 else f'{100 * difference:+.2f}'} |")
+        parts.append("")
     return "\n".join(parts)
 
 
@@ -174,6 +208,7 @@ def plot(found: Sequence[Point], path: Optional[Path] = None, title: str = ""):
     from matplotlib.figure import Figure
     from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
 
+    found = first_measured(found)
     columns = budgets(found)
     figure = Figure(figsize=(16, 5.2), layout="constrained")
     # One percentage scale for the three panels, so that a flat routing line reads as flat, not zoomed into noise.
@@ -221,7 +256,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     title = args.title or f"{args.folder.name.replace('_budget', '')}: accuracy against the training budget"
     (args.folder / "budget.md").write_text(markdown(found, title))
     plot(found, args.folder / "budget.png", title)
-    print(metric_table(found, "final"))
+    print(metric_table(first_measured(found), "final"))
     print(f"\nwritten to {args.folder / 'budget.md'} and {args.folder / 'budget.png'}")
 
 

@@ -135,10 +135,10 @@ def render_across(columns: dict[str, list[str]], methods: list[str], results: Pa
 def render_budget(name: str, results: Path = RESULTS) -> str:
     """The block for the budget sweep in ``benchmarks/results/<name>/``: its finished points' tables of average
     accuracy, diagonal and routing accuracy against epochs, and the command that writes them with the plot."""
-    from benchmarks.reporting.budget_curves import metric_table, points
+    from benchmarks.reporting.budget_curves import first_measured, metric_table, points
 
     try:
-        found = [point for point in points(results / name) if point.finished]
+        found = first_measured([point for point in points(results / name) if point.finished])
     except FileNotFoundError:  # no comparison of the sweep has started
         found = []
     command = f"python -m benchmarks.reporting.budget_curves benchmarks/results/{name}"
