@@ -88,13 +88,17 @@ def test_an_interrupted_core50_comparison_resumes_to_the_uninterrupted_results(s
     from avalanche_color.runner.methods import REGISTRY
 
     data = fake_data("core50", tmp_path / "data", monkeypatch)
-    methods = ("CoLoR", "CoLoR++", "NCM")
+    methods = ("NCM", "CoLoR", "CoLoR++")  # CoLoR++ is evaluated on CoLoR's experts
     expected = run_comparison(config("core50", data, small_backbone, tmp_path / "whole", methods=methods),
                               progress=False)["runs"]
+    # CORe50's one test set, evaluated whole after every session: the follower's records are its own training's.
+    [alone] = run_comparison(config("core50", data, small_backbone, tmp_path / "alone", methods=("CoLoR++",)),
+                             progress=False)["runs"]
+    assert expected[2]["trained_by"] == "CoLoR" and expected[2]["accuracy_matrix"] == alone["accuracy_matrix"]
 
-    entry = REGISTRY["CoLoR++"]
+    entry = REGISTRY["CoLoR"]
 
-    def interrupted(run, options):  # CoLoR++ stops while training its third session
+    def interrupted(run, options):  # CoLoR stops while training its third session
         strategy = entry.build_strategy(run, options)
         train, calls = strategy.train, []
 
@@ -107,13 +111,13 @@ def test_an_interrupted_core50_comparison_resumes_to_the_uninterrupted_results(s
         return strategy
 
     out = tmp_path / "interrupted"
-    monkeypatch.setitem(REGISTRY, "CoLoR++", dataclasses.replace(entry, build=interrupted))
+    monkeypatch.setitem(REGISTRY, "CoLoR", dataclasses.replace(entry, build=interrupted))
     with pytest.raises(KeyboardInterrupt):
         run_comparison(config("core50", data, small_backbone, out, methods=methods), progress=False)
-    first = json.loads((out / "attempt" / "runs" / "CoLoR_seed0.json").read_text())
-    assert not (out / "results.json").exists() and (out / "attempt" / "checkpoints" / "CoLoR++_seed0.ckpt").exists()
+    first = json.loads((out / "attempt" / "runs" / "NCM_seed0.json").read_text())
+    assert not (out / "results.json").exists() and (out / "attempt" / "checkpoints" / "CoLoR_seed0.ckpt").exists()
 
-    monkeypatch.setitem(REGISTRY, "CoLoR++", entry)
+    monkeypatch.setitem(REGISTRY, "CoLoR", entry)
     resumed = run_comparison(config("core50", data, small_backbone, out, methods=methods, resume=True),
                              progress=False)["runs"]
     assert resumed[0] == first  # read back, not run again
