@@ -184,6 +184,22 @@ def test_an_exception_mid_experience_then_resume_equals_an_uninterrupted_run(tmp
     assert same_state(resumed.model.experts_state_dict(), full_state)
 
 
+def test_a_resumed_run_counts_the_time_its_earlier_attempt_spent(tmp_path):
+    benchmark = class_stream(num_experiences=3, per_class=10)
+    path = tmp_path / "crashed.ckpt"
+    with pytest.raises(KeyboardInterrupt):
+        train_stream(tiny_color(train_epochs=3, train_mb_size=10, k=2, plugins=[CrashAfter(experience=1, epochs=2)]),
+                     benchmark, checkpoint=path, every_n_epochs=1)
+    crashed = read_checkpoint(path)
+    assert crashed.cpu_seconds > 0 and crashed.wall_seconds > 0
+    plugin = ResumePlugin(path, every_n_epochs=1)
+    assert plugin.earlier_seconds == (0.0, 0.0)
+    train_stream(tiny_color(train_epochs=3, train_mb_size=10, k=2), benchmark, checkpoint=plugin)
+    assert plugin.earlier_seconds == (crashed.cpu_seconds, crashed.wall_seconds)
+    finished = read_checkpoint(path)
+    assert finished.cpu_seconds > crashed.cpu_seconds and finished.wall_seconds > crashed.wall_seconds
+
+
 class ShownProgress(TrainingProgress):
     """What the bar shows at the start of each epoch: (experience, the epoch's label, the bar's total)."""
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from avalanche_color import read_checkpoint
+
 from avalanche_color.benchmarks import benchmark_spec
 from avalanche_color.benchmarks.paper import DOMAINNET_DOMAINS
 from avalanche_color.runner import METHODS, RunConfig, run_comparison
@@ -117,10 +119,13 @@ def test_an_interrupted_core50_comparison_resumes_to_the_uninterrupted_results(s
     first = json.loads((out / "attempt" / "runs" / "NCM_seed0.json").read_text())
     assert not (out / "results.json").exists() and (out / "attempt" / "checkpoints" / "CoLoR_seed0.ckpt").exists()
 
+    spent = read_checkpoint(out / "attempt" / "checkpoints" / "CoLoR_seed0.ckpt").cpu_seconds
+
     monkeypatch.setitem(REGISTRY, "CoLoR", entry)
     resumed = run_comparison(config("core50", data, small_backbone, out, methods=methods, resume=True),
                              progress=False)["runs"]
     assert resumed[0] == first  # read back, not run again
+    assert resumed[1]["cpu_seconds"] > spent > 0  # the whole run's cost: the interrupted attempt's too
     for run, whole in zip(resumed, expected):
         assert run["accuracy_matrix"] == whole["accuracy_matrix"]
         assert run["forgetting"] == pytest.approx(whole["forgetting"])

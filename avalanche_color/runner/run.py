@@ -19,8 +19,9 @@ from avalanche.training.plugins import EvaluationPlugin
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.models.vision_transformer import VisionTransformer
 
-from avalanche_color import (LearningCheckPlugin, TrainingProgress, backbone_data_config, evaluate_trained_experts,
-                             experience_classes, routing_accuracy_metrics, train_stream, write_atomically)
+from avalanche_color import (LearningCheckPlugin, ResumePlugin, TrainingProgress, backbone_data_config,
+                             evaluate_trained_experts, experience_classes, routing_accuracy_metrics, train_stream,
+                             write_atomically)
 from avalanche_color.benchmarks.registry import BenchmarkSpec, benchmark_spec
 from avalanche_color.benchmarks.requests import StreamRequest
 from avalanche_color.runner.backbone_loading import with_head
@@ -206,7 +207,8 @@ def run_method(planned: PlannedRun, benchmark, spec: BenchmarkSpec, backbone: Vi
         # After each experience, evaluated on the experiences seen so far: oracle routing has no
         # expert for a future task, and after the last one this is the whole test stream. A test
         # stream not paired with the training stream (CORe50's one test set) is evaluated whole.
-        checkpoint = attempt / "checkpoints" / f"{name}.ckpt" if entry.checkpoint and main_process else None
+        checkpoint = (ResumePlugin(attempt / "checkpoints" / f"{name}.ckpt", config.checkpoint_epochs)
+                      if entry.checkpoint and main_process else None)
         # Every method, Avalanche's strategies too, loads with --workers worker processes.
         workers = config.loader_workers(str(device), epoch_batches(benchmark, config.batch_size))
         loaders = dict(num_workers=workers, persistent_workers=workers > 0)
@@ -218,8 +220,9 @@ def run_method(planned: PlannedRun, benchmark, spec: BenchmarkSpec, backbone: Vi
                                                loader_options=loaders)
         else:
             records = train_stream(strategy, benchmark, checkpoint=checkpoint, resume=config.resume,
-                                   every_n_epochs=config.checkpoint_epochs if checkpoint else None,
                                    evaluate=evaluate, loader_options=loaders)
+        # A run resumed from a checkpoint: what its earlier attempts spent, so the record gives its whole cost.
+        earlier_cpu, earlier_wall = checkpoint.earlier_seconds if checkpoint is not None else (0.0, 0.0)
         # A joint run's matrix is one row (after its one training, every experience): its average
         # accuracy is over the whole test stream, its forgetting 0, and the plot draws it as a level.
         matrix = accuracy_matrix(records, count)
@@ -241,8 +244,8 @@ def run_method(planned: PlannedRun, benchmark, spec: BenchmarkSpec, backbone: Vi
                                 else [finding.record() for finding in learning.findings]),
             "trainable_parameters_per_experience": trainable_parameters_per_experience(strategy,
                                                                                        benchmark.train_stream[0]),
-            "wall_seconds": time.perf_counter() - wall,  # a follower's: its evaluation alone
-            "cpu_seconds": time.process_time() - cpu,
+            "wall_seconds": earlier_wall + time.perf_counter() - wall,  # a follower's: its evaluation alone
+            "cpu_seconds": earlier_cpu + time.process_time() - cpu,
         }
         if follow is not None:
             result["trained_by"] = follow.record["label"]

@@ -58,6 +58,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,6 +108,9 @@ class Checkpoint:
             saved; None for strategies without a config and for checkpoints written before they
             were recorded. A resume under other options that change the run is refused
             (:func:`changed_options`).
+        cpu_seconds, wall_seconds: the CPU and wall time the run had spent when it was saved, over every attempt
+            (0 in checkpoints written before they were recorded), so a run resumed across sessions reports its
+            whole cost.
     """
 
     experiences_done: int
@@ -122,6 +126,8 @@ class Checkpoint:
     lr_scheduler: Optional[dict[str, Any]] = None
     rng: dict[str, Any] = field(default_factory=dict)
     options: Optional[dict[str, Any]] = None
+    cpu_seconds: float = 0.0
+    wall_seconds: float = 0.0
 
 
 # ---------------------------------------------------------------------- writing and reading it
@@ -319,6 +325,19 @@ class ResumePlugin(SupervisedPlugin):
         self._pending: Optional[Checkpoint] = None  # a mid-experience state to apply when training resumes
         self._full_train_epochs: Optional[int] = None
         self._epochs_skipped = 0
+        self._earlier = (0.0, 0.0)  # (CPU, wall) seconds of the attempts before this one, from the checkpoint
+        self._started = (time.process_time(), time.perf_counter())
+
+    @property
+    def earlier_seconds(self) -> tuple[float, float]:
+        """The CPU and wall seconds the run's earlier attempts spent, as the checkpoint resumed recorded them
+        ((0, 0) without a resume): add this attempt's for the run's whole cost."""
+        return self._earlier
+
+    def _spent(self) -> tuple[float, float]:
+        """The run's CPU and wall seconds so far, over every attempt."""
+        return (self._earlier[0] + time.process_time() - self._started[0],
+                self._earlier[1] + time.perf_counter() - self._started[1])
 
     @property
     def epochs_skipped(self) -> int:
@@ -333,6 +352,7 @@ class ResumePlugin(SupervisedPlugin):
         model = strategy.model
         mid_experience = epochs_done > 0
         scheduler = getattr(strategy, "lr_scheduler", None)
+        cpu_seconds, wall_seconds = self._spent()
         write_checkpoint(self.path, Checkpoint(
             experiences_done=self.experiences_done,
             epochs_done=epochs_done,
@@ -347,6 +367,8 @@ class ResumePlugin(SupervisedPlugin):
             lr_scheduler=scheduler.state_dict() if mid_experience and scheduler is not None else None,
             rng=capture_rng(),
             options=recorded_options(strategy),
+            cpu_seconds=cpu_seconds,
+            wall_seconds=wall_seconds,
         ))
 
     def before_training_exp(self, strategy: "SupervisedTemplate", **kwargs: Any) -> None:
@@ -419,6 +441,8 @@ class ResumePlugin(SupervisedPlugin):
         self.experiences_done = checkpoint.experiences_done
         self.records = list(checkpoint.records)
         self.stream_classes = checkpoint.stream_classes or stream_classes
+        self._earlier = (checkpoint.cpu_seconds, checkpoint.wall_seconds)
+        self._started = (time.process_time(), time.perf_counter())
         if checkpoint.epochs_done:
             self._pending = checkpoint
         else:
