@@ -52,3 +52,17 @@ def test_allow_changed_continues_with_the_new_values(tmp_path):
     assert resumed == records  # the finished run's experiences are not trained again
     with pytest.raises(ValueError, match=r"allow_changed names options this strategy does not have: \['epochs'\]"):
         train_stream(tiny_color(**RUN), benchmark, checkpoint=path, allow_changed=["epochs"])
+
+
+def test_an_option_added_after_the_checkpoint_was_written_resumes_at_its_default_only(tmp_path):
+    from avalanche_color import read_checkpoint
+    from avalanche_color.training.resume import write_checkpoint
+
+    path = tmp_path / "run.ckpt"
+    benchmark, records = finished_checkpoint(path)
+    older = read_checkpoint(path)  # as a checkpoint written before top_m and warm_start existed
+    older.options = {name: value for name, value in older.options.items() if name not in ("top_m", "warm_start")}
+    write_checkpoint(path, older)
+    assert train_stream(tiny_color(**RUN), benchmark, checkpoint=path) == records
+    with pytest.raises(CheckpointError, match=r"other options: top_m: checkpoint 1, strategy 2\. "):
+        train_stream(tiny_color(**RUN, top_m=2), benchmark, checkpoint=path)

@@ -60,7 +60,7 @@ import io
 import json
 import time
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
@@ -263,6 +263,24 @@ def changed_options(saved: Optional[Mapping[str, Any]], current: Optional[Mappin
             if name not in free and saved.get(name) != current.get(name)]
 
 
+def with_later_defaults(saved: Optional[Mapping[str, Any]], strategy: "SupervisedTemplate") -> Optional[dict[str, Any]]:
+    """A checkpoint's ``saved`` options, with each option of ``strategy``'s config that it does not record at that
+    option's default: an option added to the package after the checkpoint was written, whose default is the
+    behaviour the run had (a resume at another value is still refused)."""
+    config = getattr(strategy, "config", None)
+    if saved is None or not is_dataclass(config):
+        return None if saved is None else dict(saved)
+    later = {}
+    for option in fields(config):
+        if option.name in saved:
+            continue
+        if option.default is not MISSING:
+            later[option.name] = option.default
+        elif option.default_factory is not MISSING:
+            later[option.name] = option.default_factory()
+    return {**json.loads(json.dumps(later)), **saved}
+
+
 def check_same_options(checkpoint: Checkpoint, strategy: "SupervisedTemplate", path: PathLike,
                        allow_changed: Collection[str] = ()) -> None:
     """Refuse to resume ``strategy`` from ``checkpoint`` written under other options, naming each."""
@@ -275,7 +293,7 @@ def check_same_options(checkpoint: Checkpoint, strategy: "SupervisedTemplate", p
         if unknown:
             raise ValueError(f"allow_changed names options this strategy does not have: {unknown}; "
                              f"its options are {sorted(current)}")
-    problems = changed_options(checkpoint.options, current, allow_changed)
+    problems = changed_options(with_later_defaults(checkpoint.options, strategy), current, allow_changed)
     if problems:
         names = [problem.partition(":")[0] for problem in problems]
         raise CheckpointError(
